@@ -1,0 +1,70 @@
+"""A ``rich`` progress display over rounds and the clients of each round."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from lightning.pytorch import LightningModule
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from fedhet.callbacks.base import FederatedCallback
+
+
+class RichRoundProgress(FederatedCallback):
+    """Two bars, rounds and clients in the current round, plus the latest validation accuracy.
+
+    Silent on every process but rank 0 and when standard output is not a terminal (CI, log files).
+
+    Args:
+        force: show the display even when standard output is not a terminal.
+
+    """
+
+    def __init__(self, force: bool = False) -> None:
+        self.force = force
+        self._progress: Progress | None = None
+
+    def _enabled(self, trainer: Any) -> bool:
+        return trainer.is_global_zero and (self.force or sys.stdout.isatty())
+
+    def on_federation_start(self, trainer: Any, module: LightningModule) -> None:
+        """Start the display."""
+        if not self._enabled(trainer):
+            return
+        self._progress = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
+            TextColumn("{task.fields[info]}"),
+        )
+        self._progress.start()
+        self._rounds = self._progress.add_task("rounds", total=trainer.rounds, completed=trainer.current_round, info="")
+        self._clients = self._progress.add_task("clients", total=0, info="")
+
+    def on_round_start(self, trainer: Any, round_idx: int, client_ids: list[str]) -> None:
+        """Reset the client bar for the clients of this process."""
+        if self._progress is not None:
+            self._progress.reset(self._clients, total=sum(trainer.owns(c) for c in client_ids), info="")
+
+    def on_client_fit_end(
+        self, trainer: Any, round_idx: int, client_id: str, module: LightningModule, update: Any
+    ) -> None:
+        """Advance the client bar."""
+        if self._progress is not None:
+            self._progress.update(self._clients, advance=1, info=f"{client_id} loss {update.metrics['loss']:.3f}")
+
+    def on_round_end(self, trainer: Any, round_idx: int, metrics: dict[str, float]) -> None:
+        """Advance the round bar and show the round's mean validation accuracy."""
+        if self._progress is not None:
+            acc = metrics.get("val/acc_mean")
+            info = f"val/acc_mean {acc:.4f}" if acc is not None else ""
+            self._progress.update(self._rounds, completed=round_idx + 1, info=info)
+
+    def on_federation_end(self, trainer: Any) -> None:
+        """Stop the display."""
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None

@@ -1,0 +1,65 @@
+"""``fedhet fit|validate|test -c configs/<method>/<dataset>.yaml``: LightningCLI driving the FederatedTrainer."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+
+from fedhet.datamodules.federated import FederatedDataModule
+from fedhet.modules.base import FederatedModule
+from fedhet.plugins.trainer import FederatedTrainer
+
+
+class FederatedCLI(LightningCLI):
+    """A LightningCLI whose ``trainer`` is a :class:`~fedhet.plugins.FederatedTrainer`.
+
+    ``model`` is any :class:`~fedhet.modules.FederatedModule` subclass and ``data`` any
+    :class:`~fedhet.datamodules.FederatedDataModule` subclass, chosen by ``class_path`` in the config; every trainer
+    knob (``trainer.rounds``, ``trainer.sampler``, ``trainer.logger``...) is an option. Unknown keys and wrong types
+    are refused before any data is read. The resolved config is saved beside the run's logs.
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("model_class", FederatedModule)
+        kwargs.setdefault("datamodule_class", FederatedDataModule)
+        kwargs.setdefault("subclass_mode_model", True)
+        kwargs.setdefault("subclass_mode_data", True)
+        super().__init__(
+            trainer_class=FederatedTrainer,  # type: ignore[arg-type]
+            save_config_callback=None,
+            seed_everything_default=False,
+            auto_configure_optimizers=False,
+            **kwargs,
+        )
+
+    @staticmethod
+    def subcommands() -> dict[str, set[str]]:
+        """``fit``, ``validate`` and ``test``; model and datamodule come from the config."""
+        return {"fit": {"model", "datamodule"}, "validate": {"model", "datamodule"}, "test": {"model", "datamodule"}}
+
+    def add_core_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
+        """Add the FederatedTrainer's arguments (it is not a ``lightning.Trainer``), then model and data."""
+        parser.add_class_arguments(FederatedTrainer, "trainer", instantiate=False, fail_untyped=False, sub_configs=True)
+        parser.add_lightning_class_args(self._model_class, "model", subclass_mode=self.subclass_mode_model)
+        parser.add_lightning_class_args(self._datamodule_class, "data", subclass_mode=self.subclass_mode_data)
+
+    def instantiate_trainer(self, **kwargs: Any) -> FederatedTrainer:  # type: ignore[override]
+        """Build the FederatedTrainer and hand it the resolved config to save and log."""
+        config = {**self._get(self.config_init, "trainer", default={}), **kwargs}
+        trainer = FederatedTrainer(**config)
+        dumped = self._parser(self.subcommand).dump(
+            self.config.get(str(self.subcommand), self.config), skip_none=False, format="yaml"
+        )
+        trainer.run_config = yaml.safe_load(dumped)
+        return trainer
+
+
+def main(args: list[str] | None = None) -> None:
+    """Entry point of the ``fedhet`` console script."""
+    FederatedCLI(args=args)
+
+
+if __name__ == "__main__":
+    main()

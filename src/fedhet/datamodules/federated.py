@@ -1,0 +1,203 @@
+"""A federation's data: the set of client datamodules, looked up by client id."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from typing import Any, TypeVar
+
+from lightning.pytorch import LightningDataModule
+from torch import Tensor
+
+from fedhet.datamodules.client import ClientDataModule
+from fedhet.datamodules.spec import ClientSpec
+
+_Federation = TypeVar("_Federation", bound="FederatedDataModule")
+
+_MAX_IDS_SHOWN = 10
+
+
+class FederatedDataModule(LightningDataModule):
+    """The clients of a federation, each a :class:`~fedhet.datamodules.ClientDataModule` with its own data.
+
+    Clients are given directly (``clients=``, or :meth:`from_tensors` for a mapping of tensors), or built by a
+    subclass in :meth:`build_clients`, e.g. by partitioning a pooled dataset. :meth:`setup` (idempotent) builds the
+    clients, sets each one up and checks that they form one federation; the lookups below call it when needed.
+
+    Args:
+        clients: the clients, in the order the federation lists them; ``None`` to have :meth:`build_clients` make
+            them.
+
+    Example:
+        >>> import torch
+        >>> data = {"a": (torch.rand(8, 3), torch.arange(8) % 2), "b": (torch.rand(6, 5), torch.zeros(6).long())}
+        >>> federation = FederatedDataModule.from_tensors(data, num_classes=2)
+        >>> federation.client_ids, federation.specs["b"].input_dim, federation.specs["b"].classes
+        (['a', 'b'], 5, (0,))
+
+    """
+
+    def __init__(self, clients: Sequence[ClientDataModule] | None = None) -> None:
+        super().__init__()
+        self._given_clients = None if clients is None else list(clients)
+        self._clients: dict[str, ClientDataModule] | None = None
+
+    @classmethod
+    def from_tensors(
+        cls: type[_Federation], data: Mapping[str, tuple[Tensor, Tensor]], num_classes: int, **client_kwargs: Any
+    ) -> _Federation:
+        """Federate your own tensors: one client per entry of ``data``, keyed by client id.
+
+        Args:
+            data: ``client_id -> (x, y)``, with ``x`` of shape ``(N_i, *feature_shape_i)`` and ``y`` of shape
+                ``(N_i,)``; the clients' feature shapes may differ.
+            num_classes: size of the shared label space.
+            **client_kwargs: keyword arguments given to every :class:`ClientDataModule`, e.g. ``test_fraction=0.2``
+                or ``batch_size=16``.
+
+        Returns:
+            the federation, not yet set up.
+
+        """
+        return cls(
+            clients=[
+                ClientDataModule(client_id, x, y, num_classes, **client_kwargs) for client_id, (x, y) in data.items()
+            ]
+        )
+
+    def build_clients(self) -> list[ClientDataModule]:
+        """Make the clients when none were given; subclasses override this. Called once, by :meth:`setup`.
+
+        Returns:
+            the clients, in the order the federation lists them.
+
+        Raises:
+            NotImplementedError: in this base class, where clients must be given.
+
+        """
+        raise NotImplementedError(
+            f"{type(self).__name__} was given no clients: pass `clients=` or override `build_clients()`"
+        )
+
+    def setup(self, stage: str | None = None) -> None:
+        """Build the clients, set each one up and check them; later calls do nothing.
+
+        Args:
+            stage: the Lightning stage, passed on to every client's ``setup``.
+
+        Raises:
+            ValueError: when there are no clients, two share an id or their ``num_classes`` differ; a client's own
+                ``setup`` raises on bad data.
+
+        """
+        self._setup_clients(stage)
+
+    @property
+    def clients(self) -> dict[str, ClientDataModule]:
+        """The clients by id, in the federation's order (a new dict; the modules are shared)."""
+        return dict(self._setup_clients())
+
+    @property
+    def client_ids(self) -> list[str]:
+        """The client ids, in the federation's order."""
+        return list(self._setup_clients())
+
+    @property
+    def specs(self) -> dict[str, ClientSpec]:
+        """Every client's description, by id."""
+        return {client_id: client.spec for client_id, client in self._setup_clients().items()}
+
+    @property
+    def num_classes(self) -> int:
+        """Size of the label space the clients share."""
+        return next(iter(self._setup_clients().values())).num_classes
+
+    @property
+    def num_clients(self) -> int:
+        """Number of clients."""
+        return len(self._setup_clients())
+
+    def client(self, client_id: str) -> ClientDataModule:
+        """Look a client up by id.
+
+        Args:
+            client_id: the client's id.
+
+        Returns:
+            the client's datamodule, set up.
+
+        Raises:
+            ValueError: when no client has that id; the message lists known ids.
+
+        """
+        return self.select([client_id])[0]
+
+    def select(self, client_ids: Sequence[str]) -> list[ClientDataModule]:
+        """Look up the clients a configuration names, checking that each exists and is named once.
+
+        Args:
+            client_ids: ids of the clients to select.
+
+        Returns:
+            their datamodules, in the order of ``client_ids``.
+
+        Raises:
+            ValueError: naming the unknown or repeated ids.
+
+        """
+        clients = self._setup_clients()
+        unknown = [client_id for client_id in client_ids if client_id not in clients]
+        if unknown:
+            known = list(clients)
+            shown = ", ".join(repr(client_id) for client_id in known[:_MAX_IDS_SHOWN])
+            more = f", ... ({len(known)} in all)" if len(known) > _MAX_IDS_SHOWN else ""
+            raise ValueError(f"unknown client ids {unknown}; the federation has {shown}{more}")
+        repeated = [client_id for client_id, count in Counter(client_ids).items() if count > 1]
+        if repeated:
+            raise ValueError(f"client ids {repeated} are selected more than once")
+        return [clients[client_id] for client_id in client_ids]
+
+    def describe(self) -> list[dict[str, Any]]:
+        """One row per client, for printing or logging a summary of the federation.
+
+        Returns:
+            rows with keys ``client``, ``input_dim``, ``num_classes_present``, ``num_train``, ``num_val`` and
+            ``num_test``.
+
+        """
+        return [
+            {
+                "client": spec.client_id,
+                "input_dim": spec.input_dim,
+                "num_classes_present": len(spec.classes),
+                "num_train": spec.num_train,
+                "num_val": spec.num_val,
+                "num_test": spec.num_test,
+            }
+            for spec in self.specs.values()
+        ]
+
+    def _setup_clients(self, stage: str | None = None) -> dict[str, ClientDataModule]:
+        """Return the clients by id, building, setting up and checking them on the first call."""
+        if self._clients is None:
+            self._clients = self._build_and_check(stage)
+        return self._clients
+
+    def _build_and_check(self, stage: str | None) -> dict[str, ClientDataModule]:
+        """Build the clients, check that they form one federation and set each one up."""
+        clients = self._given_clients if self._given_clients is not None else self.build_clients()
+        if not clients:
+            raise ValueError(f"{type(self).__name__} has no clients; a federation needs at least one")
+        duplicates = [client_id for client_id, count in Counter(c.client_id for c in clients).items() if count > 1]
+        if duplicates:
+            raise ValueError(f"client ids must be unique; {duplicates} appear more than once")
+        first = clients[0]
+        for client in clients:
+            if client.num_classes != first.num_classes:
+                raise ValueError(
+                    f"client '{client.client_id}': field 'num_classes' is {client.num_classes} but client"
+                    f" '{first.client_id}' has {first.num_classes}; a federation shares one label space"
+                )
+        for client in clients:
+            client.setup(stage)
+        return {client.client_id: client for client in clients}

@@ -1,0 +1,116 @@
+"""FederatedModule: the LightningModule base that makes a method federable."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping
+from fnmatch import fnmatchcase
+from typing import Any
+
+from lightning.pytorch import LightningModule
+from torch import Tensor
+from torchmetrics import MetricCollection
+
+from fedhet.datamodules.spec import ClientSpec
+from fedhet.plugins.aggregators import Aggregator, WeightedMean
+from fedhet.plugins.protocols import LocalPhase
+
+
+class FederatedModule(LightningModule):
+    """A LightningModule that knows which of its parameters are shared, what it uploads, and its local schedule.
+
+    Subclasses set :attr:`shared` (``fnmatch`` patterns over ``state_dict`` names; everything else is personal and
+    never leaves the client), build their layers in an idempotent ``configure_model()`` from :attr:`client_spec`, and
+    may override the federation hooks below. The same module trains one client under a plain ``lightning.Trainer``
+    (``trainer.fit(module, client_datamodule)``): ``setup`` then reads the client's description from the datamodule's
+    ``spec`` and the local phases run one per epoch, in a cycle.
+    """
+
+    shared: tuple[str, ...] = ("*",)
+    """``fnmatch`` patterns of the parameter and buffer names sent to and averaged by the server."""
+
+    keep_optimizer_state: bool = False
+    """Keep each client's optimizer state between its rounds (in the client state store and checkpoints)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.client_spec: ClientSpec | None = None
+
+    # ---------------------------------------------------------------- the client
+    def setup_client(self, spec: ClientSpec) -> None:
+        """Remember the client's description; ``configure_model()`` builds the layers it needs."""
+        self.client_spec = spec
+
+    def client_signature(self, spec: ClientSpec) -> Hashable:
+        """Clients with equal signatures get identically shaped layers (the engine reuses one module for them)."""
+        return spec.architecture_key()
+
+    def setup(self, stage: str) -> None:
+        """Under a plain Trainer: take the client's description from its ``ClientDataModule``."""
+        if self.client_spec is None:
+            spec = getattr(self.trainer.datamodule, "spec", None)
+            if not isinstance(spec, ClientSpec):
+                raise ValueError(
+                    f"{type(self).__name__} needs a client description: fit it with a fedhet ClientDataModule or call"
+                    " setup_client(spec) first"
+                )
+            self.setup_client(spec)
+
+    @property
+    def spec(self) -> ClientSpec:
+        """The client's description; raises if the module was not given one yet."""
+        if self.client_spec is None:
+            raise RuntimeError(f"{type(self).__name__}: call setup_client(spec) before configure_model()")
+        return self.client_spec
+
+    # ---------------------------------------------------------------- what leaves the client
+    def is_shared(self, name: str) -> bool:
+        """Whether the parameter or buffer ``name`` is shared with the server."""
+        return any(fnmatchcase(name, pattern) for pattern in self.shared)
+
+    def shared_state_dict(self) -> dict[str, Tensor]:
+        """The shared parameters and buffers, by name (views, not copies)."""
+        return {name: value for name, value in self.state_dict().items() if self.is_shared(name)}
+
+    def personal_state_dict(self) -> dict[str, Tensor]:
+        """The personal parameters and buffers, by name: what never leaves the client."""
+        return {name: value for name, value in self.state_dict().items() if not self.is_shared(name)}
+
+    def client_statistics(self) -> dict[str, Tensor]:
+        """Statistics uploaded besides the shared parameters (none by default)."""
+        return {}
+
+    def receive_statistics(self, statistics: Mapping[str, Tensor]) -> None:
+        """Take the server's broadcast statistics (ignored by default)."""
+
+    def configure_aggregator(self) -> Aggregator:
+        """How the server combines the shared parameters: a sample-weighted mean by default."""
+        return WeightedMean()
+
+    # ---------------------------------------------------------------- local schedule
+    def local_phases(self) -> list[LocalPhase]:
+        """One round's local schedule: by default every parameter trains for the trainer's local epochs."""
+        return [LocalPhase()]
+
+    def adaptation_phases(self) -> list[LocalPhase]:
+        """Local training on a throw-away copy before each evaluation (none by default)."""
+        return []
+
+    def set_local_phase(self, phase: LocalPhase | None) -> None:
+        """Freeze every parameter that ``phase`` does not train; ``None`` makes all trainable again."""
+        for name, param in self.named_parameters():
+            param.requires_grad_(phase is None or any(fnmatchcase(name, p) for p in phase.trainable))
+
+    def on_train_epoch_start(self) -> None:
+        """Under a plain Trainer, cycle through the local phases one epoch each."""
+        phases = self.local_phases()
+        self.set_local_phase(phases[self.current_epoch % len(phases)])
+
+    # ---------------------------------------------------------------- evaluation
+    def evaluation_metrics(self, stage: str) -> MetricCollection:
+        """The metrics that ``validation_step``/``test_step`` update for ``stage`` (``"val"`` or ``"test"``)."""
+        raise NotImplementedError(f"{type(self).__name__} must define evaluation_metrics(stage)")
+
+    def log(self, name: str, value: Any, *args: Any, **kwargs: Any) -> None:
+        """Log through Lightning under a Trainer; under the federation engine metrics flow through its own loop."""
+        if self._trainer is not None:
+            super().log(name, value, *args, **kwargs)

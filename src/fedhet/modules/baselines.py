@@ -1,0 +1,69 @@
+"""The baselines every personalised method is measured against: Local, FedAvg (and FedAvg-FT), FedRep."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fedhet.modules.classifier import FederatedClassifier
+from fedhet.plugins.protocols import LocalPhase
+
+
+class LocalOnly(FederatedClassifier):
+    """Each client trains its own model on its own data; nothing is shared (the "Local" baseline).
+
+    Args:
+        **kwargs: the :class:`FederatedClassifier` arguments.
+
+    """
+
+    shared = ()
+
+
+class FedAvg(FederatedClassifier):
+    """One global model averaged by sample count (McMahan et al., AISTATS 2017).
+
+    With ``finetune_epochs > 0`` this is FedAvg-FT: before each evaluation a client fine-tunes a copy of the global
+    model on its own training data for that many epochs and is evaluated with it; the copy is then dropped.
+
+    Args:
+        finetune_epochs: local fine-tuning epochs before evaluation (0: plain FedAvg).
+        **kwargs: the :class:`FederatedClassifier` arguments.
+
+    """
+
+    shared = ("*",)
+
+    def __init__(self, finetune_epochs: int = 0, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        if finetune_epochs < 0:
+            raise ValueError(f"FedAvg: field 'finetune_epochs' must be >= 0, got {finetune_epochs}")
+        self.finetune_epochs = finetune_epochs
+
+    def adaptation_phases(self) -> list[LocalPhase]:
+        """FedAvg-FT's fine-tuning before evaluation."""
+        return [LocalPhase("finetune", epochs=self.finetune_epochs)] if self.finetune_epochs else []
+
+
+class FedRep(FederatedClassifier):
+    """Shared body, personal head; each round trains the head with the body frozen, then the body with the head frozen.
+
+    Collins et al., "Exploiting Shared Representations for Personalized Federated Learning", ICML 2021. The body
+    phase lasts the trainer's ``local_epochs`` (or ``local_steps``).
+
+    Args:
+        head_epochs: epochs of the head phase in each round.
+        **kwargs: the :class:`FederatedClassifier` arguments.
+
+    """
+
+    shared = ("body.*",)
+
+    def __init__(self, head_epochs: int = 5, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        if head_epochs < 1:
+            raise ValueError(f"FedRep: field 'head_epochs' must be at least 1, got {head_epochs}")
+        self.head_epochs = head_epochs
+
+    def local_phases(self) -> list[LocalPhase]:
+        """Head epochs, then body epochs."""
+        return [LocalPhase("head", trainable=("head.*",), epochs=self.head_epochs), LocalPhase("body", ("body.*",))]

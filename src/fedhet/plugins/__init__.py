@@ -1,0 +1,21 @@
+"""The Fabric-driven federation engine: round loop, client sampling, aggregation, client state, checkpoints."""
+
+from fedhet.plugins.aggregators import Aggregator, WeightedMean
+from fedhet.plugins.protocols import FederatedModuleProtocol, LocalPhase
+from fedhet.plugins.sampling import ClientSampler, FullParticipation, UniformSampler
+from fedhet.plugins.state import ClientState, ClientUpdate, ServerState
+from fedhet.plugins.trainer import FederatedTrainer
+
+__all__ = [
+    "Aggregator",
+    "ClientSampler",
+    "ClientState",
+    "ClientUpdate",
+    "FederatedModuleProtocol",
+    "FederatedTrainer",
+    "FullParticipation",
+    "LocalPhase",
+    "ServerState",
+    "UniformSampler",
+    "WeightedMean",
+]

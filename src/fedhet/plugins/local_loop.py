@@ -1,0 +1,115 @@
+"""One client's local work, driven through Fabric with the module's own Lightning hooks."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+import torch
+from lightning.fabric import Fabric
+from lightning.pytorch import LightningModule
+from torch.optim import Optimizer
+
+from fedhet.plugins.protocols import LocalPhase
+
+
+def configure_optimizer(module: LightningModule) -> Optimizer:
+    """The single optimizer of ``module.configure_optimizers()`` (bare, in a list, or under ``"optimizer"``)."""
+    config: Any = module.configure_optimizers()
+    if isinstance(config, Mapping):
+        config = config.get("optimizer")
+    if isinstance(config, (list, tuple)) and len(config) == 1:
+        config = config[0]
+    if not isinstance(config, Optimizer):
+        raise TypeError(
+            f"{type(module).__name__}.configure_optimizers() must return one optimizer for federated local training,"
+            f" got {type(config).__name__}"
+        )
+    return config
+
+
+def _batches(loader: Iterable, epochs: int, steps: int | None) -> Iterator[Any]:
+    """Batches over ``epochs`` passes of ``loader``, or exactly ``steps`` batches cycling it when ``steps`` is set."""
+    if steps is None:
+        for _ in range(epochs):
+            yield from loader
+        return
+    taken = 0
+    while taken < steps:
+        before = taken
+        for batch in loader:
+            yield batch
+            taken += 1
+            if taken == steps:
+                return
+        if taken == before:  # an empty loader would cycle forever
+            return
+
+
+def run_local_training(
+    fabric: Fabric,
+    module: LightningModule,
+    loader: Iterable,
+    phases: list[LocalPhase],
+    local_epochs: int,
+    local_steps: int | None,
+    optimizer_state: dict[str, Any] | None = None,
+) -> tuple[dict[str, float], dict[str, Any]]:
+    """Train ``module`` on one client's ``loader`` through its phases, with its own ``training_step``.
+
+    One optimizer from ``configure_optimizers()`` serves every phase; a phase freezes the parameters it does not
+    train, so they get no gradient and the optimizer leaves them alone (FedRep's head-then-body schedule).
+
+    Args:
+        fabric: the run's Fabric (device, precision, backward).
+        module: the client's module, already on ``fabric.device`` with its state loaded.
+        loader: the client's training batches.
+        phases: the module's local schedule.
+        local_epochs: epochs of a phase whose ``epochs`` is ``None``.
+        local_steps: if set, optimizer steps of a phase whose ``steps`` is ``None`` (overrides epochs).
+        optimizer_state: optimizer state from the client's previous round, for methods that keep it.
+
+    Returns:
+        ``({"loss": mean training loss, "steps": optimizer steps}, optimizer state dict)``.
+
+    """
+    optimizer = configure_optimizer(module)
+    if optimizer_state is not None:
+        optimizer.load_state_dict(optimizer_state)
+    fabric_optimizer = fabric.setup_optimizers(optimizer)
+    module.train()
+    loss_sum = torch.zeros((), device=fabric.device)
+    num_steps = 0
+    module.on_train_start()
+    for phase in phases:
+        module.set_local_phase(phase)
+        steps = phase.steps if phase.steps is not None else (local_steps if phase.epochs is None else None)
+        epochs = phase.epochs if phase.epochs is not None else local_epochs
+        for batch_idx, batch in enumerate(_batches(loader, epochs, steps)):
+            batch = fabric.to_device(batch)
+            with fabric.autocast():
+                output = module.training_step(batch, batch_idx)
+            loss = output if isinstance(output, torch.Tensor) else output["loss"]
+            fabric.backward(loss)
+            fabric_optimizer.step()
+            fabric_optimizer.zero_grad(set_to_none=True)
+            loss_sum += loss.detach()
+            num_steps += 1
+    module.set_local_phase(None)
+    module.on_train_end()
+    mean_loss = (loss_sum / max(num_steps, 1)).item()
+    return {"loss": mean_loss, "steps": float(num_steps)}, optimizer.state_dict()
+
+
+@torch.no_grad()
+def evaluate_client(fabric: Fabric, module: LightningModule, loader: Iterable, stage: str) -> dict[str, float]:
+    """Run ``validation_step`` (``stage="val"``) or ``test_step`` over ``loader`` and compute the module's metrics."""
+    metrics = module.evaluation_metrics(stage)
+    metrics.reset()
+    step = module.validation_step if stage == "val" else module.test_step
+    module.eval()
+    for batch_idx, batch in enumerate(loader):
+        with fabric.autocast():
+            step(fabric.to_device(batch), batch_idx)
+    module.train()
+    return {name: float(value) for name, value in metrics.compute().items()}

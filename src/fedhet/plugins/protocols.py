@@ -1,0 +1,66 @@
+"""The contract between the federation engine and a method's LightningModule."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+from torch import Tensor
+
+from fedhet.datamodules.spec import ClientSpec
+
+
+@dataclass(frozen=True)
+class LocalPhase:
+    """One stage of a client's local schedule, e.g. FedRep's head epochs then body epochs.
+
+    Args:
+        name: a label for logs and for the module's own ``training_step``.
+        trainable: ``fnmatch`` patterns of the parameter names trained in this phase; the others are frozen.
+        epochs: epochs of local data in this phase; ``None`` takes the trainer's ``local_epochs``.
+        steps: optimizer steps in this phase instead of epochs; ``None`` takes the trainer's ``local_steps``.
+
+    """
+
+    name: str = "local"
+    trainable: tuple[str, ...] = ("*",)
+    epochs: int | None = None
+    steps: int | None = None
+
+
+@runtime_checkable
+class FederatedModuleProtocol(Protocol):
+    """What the engine needs from a module besides the LightningModule hooks.
+
+    :class:`fedhet.modules.FederatedModule` implements it; a user's own LightningModule can too.
+    """
+
+    keep_optimizer_state: bool
+
+    def setup_client(self, spec: ClientSpec) -> None:
+        """Remember the client's description; ``configure_model`` then builds its layers."""
+
+    def client_signature(self, spec: ClientSpec) -> Hashable:
+        """Clients with equal signatures get identically shaped modules (one instance serves them all)."""
+
+    def shared_state_dict(self) -> dict[str, Tensor]:
+        """The parameters and buffers that leave the client, by name."""
+
+    def client_statistics(self) -> dict[str, Tensor]:
+        """The statistics the method uploads besides shared parameters (may be empty)."""
+
+    def receive_statistics(self, statistics: Mapping[str, Tensor]) -> None:
+        """Take the server's broadcast statistics before local training or evaluation."""
+
+    def local_phases(self) -> list[LocalPhase]:
+        """The local schedule of one round."""
+
+    def adaptation_phases(self) -> list[LocalPhase]:
+        """Local training run on a throw-away copy before evaluation (e.g. FedAvg-FT); empty for none."""
+
+    def set_local_phase(self, phase: LocalPhase | None) -> None:
+        """Freeze every parameter that ``phase`` does not train (``None``: unfreeze all)."""
+
+    def evaluation_metrics(self, stage: str) -> Any:
+        """A ``torchmetrics.MetricCollection`` that ``validation_step``/``test_step`` update for ``stage``."""

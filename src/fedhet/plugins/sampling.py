@@ -1,0 +1,74 @@
+"""Client sampling: which clients take part in a round."""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+
+import numpy as np
+
+from fedhet.plugins.seeding import derive_seed
+
+
+class ClientSampler(ABC):
+    """Chooses the clients of each round from ``(seed, round)`` alone, so that runs resume and shard exactly."""
+
+    @abstractmethod
+    def sample(self, client_ids: Sequence[str], round_idx: int, num_rounds: int, seed: int) -> list[str]:
+        """The clients taking part in round ``round_idx`` (0-based) of ``num_rounds``, in ``client_ids`` order."""
+
+    def validate(self, num_clients: int) -> None:  # noqa: B027 - optional hook
+        """Raise ``ValueError`` if the sampler cannot work with ``num_clients`` clients."""
+
+
+class FullParticipation(ClientSampler):
+    """Every client takes part in every round."""
+
+    def sample(self, client_ids: Sequence[str], round_idx: int, num_rounds: int, seed: int) -> list[str]:
+        """All clients."""
+        return list(client_ids)
+
+
+class UniformSampler(ClientSampler):
+    """A uniformly random fraction of the clients, drawn without replacement in each round.
+
+    Args:
+        fraction: the fraction of clients per round, in ``(0, 1]``; the count is ``ceil(fraction * N)``.
+        min_clients: never fewer clients than this per round.
+        full_last_round: every client takes part in the last round, as in FedPAC's protocol (Xu et al., ICLR 2023),
+            so that every client's personal model is up to date when the run ends.
+
+    Example:
+        >>> sampler = UniformSampler(fraction=0.3, min_clients=2)
+        >>> ids = [f"c{i}" for i in range(10)]
+        >>> len(sampler.sample(ids, round_idx=0, num_rounds=5, seed=0))
+        3
+
+    """
+
+    def __init__(self, fraction: float = 0.1, min_clients: int = 1, full_last_round: bool = False) -> None:
+        if not 0.0 < fraction <= 1.0:
+            raise ValueError(f"UniformSampler: field 'fraction' must be in (0, 1], got {fraction}")
+        if min_clients < 1:
+            raise ValueError(f"UniformSampler: field 'min_clients' must be at least 1, got {min_clients}")
+        self.fraction = fraction
+        self.min_clients = min_clients
+        self.full_last_round = full_last_round
+
+    def validate(self, num_clients: int) -> None:
+        """Refuse more clients per round than there are clients."""
+        if self.min_clients > num_clients:
+            raise ValueError(
+                f"UniformSampler: field 'min_clients' is {self.min_clients} but the federation has only"
+                f" {num_clients} clients"
+            )
+
+    def sample(self, client_ids: Sequence[str], round_idx: int, num_rounds: int, seed: int) -> list[str]:
+        """``max(min_clients, ceil(fraction * N))`` clients drawn from a generator seeded by ``(seed, round)``."""
+        if self.full_last_round and round_idx == num_rounds - 1:
+            return list(client_ids)
+        count = min(len(client_ids), max(self.min_clients, math.ceil(self.fraction * len(client_ids))))
+        rng = np.random.default_rng(derive_seed(seed, "sample", round_idx))
+        chosen = np.sort(rng.choice(len(client_ids), size=count, replace=False))
+        return [client_ids[i] for i in chosen]

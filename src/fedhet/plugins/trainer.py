@@ -1,0 +1,536 @@
+"""FederatedTrainer: the Fabric-driven round loop that every fedhet method runs on."""
+
+from __future__ import annotations
+
+import copy
+import logging
+import math
+import time
+from collections.abc import Hashable, Iterable
+from pathlib import Path
+from typing import Any
+
+import yaml
+from lightning.fabric import Fabric
+from lightning.fabric.loggers import Logger
+from lightning.fabric.utilities.apply_func import move_data_to_device
+from lightning.pytorch import Callback, LightningModule
+from lightning.pytorch.loggers import CSVLogger
+
+from fedhet.plugins.aggregators import Aggregator, WeightedMean
+from fedhet.plugins.checkpoint import load_checkpoint, save_checkpoint
+from fedhet.plugins.distributed import gather_objects, owner_rank
+from fedhet.plugins.local_loop import evaluate_client, run_local_training
+from fedhet.plugins.protocols import FederatedModuleProtocol
+from fedhet.plugins.sampling import ClientSampler, FullParticipation
+from fedhet.plugins.seeding import derive_seed, seeded
+from fedhet.plugins.state import ClientState, ClientUpdate, ServerState, all_finite, num_bytes, to_cpu
+from fedhet.plugins.summaries import summarize_clients
+
+log = logging.getLogger(__name__)
+
+
+class FederatedTrainer:
+    """Runs federated rounds over the clients of a federated datamodule, with one Fabric.
+
+    Each round: sample clients; for each sampled client restore its personal state, load the server's shared
+    parameters and statistics, run the module's local schedule through its own ``training_step``, collect its upload;
+    aggregate the uploads by parameter name; run the server-side callbacks; evaluate; log; checkpoint. With
+    ``devices=N`` the sampled clients are spread over N processes (no gradient synchronisation between clients) and
+    the uploads are gathered and aggregated in client order on every process, so results do not depend on N.
+
+    Callbacks receive these hooks through ``fabric.call`` (each takes only the keyword arguments it names):
+    ``on_federation_start(trainer, module)``, ``on_round_start(trainer, round_idx, client_ids)``,
+    ``on_client_fit_start(trainer, round_idx, client_id, module)``,
+    ``on_client_fit_end(trainer, round_idx, client_id, module, update)``,
+    ``on_aggregate_start(trainer, round_idx, updates)``,
+    ``on_aggregate_end(trainer, round_idx, server_state, updates)``,
+    ``on_evaluation_end(trainer, stage, round_idx, metrics)``, ``on_round_end(trainer, round_idx, metrics)``,
+    ``on_federation_end(trainer)``.
+
+    Args:
+        rounds: communication rounds.
+        local_epochs: local epochs per round (of each local phase that does not set its own length).
+        local_steps: if set, local optimizer steps per round instead of epochs.
+        sampler: which clients take part in a round; every client by default.
+        aggregator: how shared parameters are combined; the module's ``configure_aggregator()`` by default.
+        eval_every: evaluate every this many rounds (and always after the last).
+        accelerator: Fabric accelerator (``"cpu"``, ``"gpu"``, ``"auto"``...).
+        strategy: Fabric strategy used to launch processes and gather uploads (``"auto"``, ``"ddp"``); client
+            modules are never wrapped for gradient synchronisation.
+        devices: processes (CPU) or GPUs that share the clients.
+        num_nodes: machines, for multi-node runs launched by ``fabric run``, torchrun or SLURM.
+        precision: Fabric precision (``"32-true"``, ``"bf16-mixed"``...).
+        seed: every random draw of the run (client initialisation, sampling, shuffling, dropout) derives from it.
+        default_root_dir: where logs, the saved config and checkpoints go.
+        logger: a Lightning/Fabric logger or a list of them; ``True`` for a CSV logger, ``False`` for none.
+        callbacks: federation callbacks (merged with the module's ``configure_callbacks()``).
+        checkpoint_every: save ``checkpoints/last.ckpt`` every this many rounds (0: never).
+        enable_progress_bar: show a ``rich`` progress display (only on rank 0 and in a terminal).
+        log_per_client: also log each client's evaluation metrics.
+        max_client_failures: the fraction of a round's clients that may fail (raise, or upload NaN/Inf) before the
+            run stops; failed clients are left out of that round's aggregate and named in the log.
+
+    """
+
+    def __init__(
+        self,
+        rounds: int = 10,
+        local_epochs: int = 1,
+        local_steps: int | None = None,
+        sampler: ClientSampler | None = None,
+        aggregator: Aggregator | None = None,
+        eval_every: int = 1,
+        accelerator: str = "auto",
+        strategy: str = "auto",
+        devices: int | str = 1,
+        num_nodes: int = 1,
+        precision: str | None = None,
+        seed: int = 0,
+        default_root_dir: str = "fedhet_runs",
+        logger: Logger | Iterable[Logger] | bool = True,
+        callbacks: list[Callback] | None = None,
+        checkpoint_every: int = 1,
+        enable_progress_bar: bool = True,
+        log_per_client: bool = True,
+        max_client_failures: float = 0.5,
+    ) -> None:
+        for name, value, low in (
+            ("rounds", rounds, 1),
+            ("local_epochs", local_epochs, 1),
+            ("eval_every", eval_every, 1),
+        ):
+            if value < low:
+                raise ValueError(f"FederatedTrainer: field '{name}' must be at least {low}, got {value}")
+        if local_steps is not None and local_steps < 1:
+            raise ValueError(f"FederatedTrainer: field 'local_steps' must be at least 1, got {local_steps}")
+        if checkpoint_every < 0:
+            raise ValueError(f"FederatedTrainer: field 'checkpoint_every' must be >= 0, got {checkpoint_every}")
+        if not 0.0 <= max_client_failures <= 1.0:
+            raise ValueError(
+                f"FederatedTrainer: field 'max_client_failures' must be in [0, 1], got {max_client_failures}"
+            )
+        self.rounds = rounds
+        self.local_epochs = local_epochs
+        self.local_steps = local_steps
+        self.sampler = sampler or FullParticipation()
+        self.aggregator = aggregator
+        self.eval_every = eval_every
+        self.seed = seed
+        self.default_root_dir = Path(default_root_dir)
+        self.checkpoint_every = checkpoint_every
+        self.enable_progress_bar = enable_progress_bar
+        self.log_per_client = log_per_client
+        self.max_client_failures = max_client_failures
+        self._fabric_kwargs = {
+            "accelerator": accelerator,
+            "strategy": strategy,
+            "devices": devices,
+            "num_nodes": num_nodes,
+            "precision": precision,
+        }
+        self._default_logger = logger is True
+        self.loggers: list[Logger] = self._make_loggers(logger)
+        self.user_callbacks: list[Any] = list(callbacks or [])
+        self.run_config: dict[str, Any] | None = None  # set by the CLI, saved beside the logs
+        self.fabric: Fabric | None = None
+        self.server_state = ServerState()
+        self.history: list[dict[str, float]] = []
+        self.current_round = 0
+        self._store: dict[str, ClientState] = {}
+        self._comm_totals = {"up": 0, "down": 0}
+        self._has_state = False
+
+    # ------------------------------------------------------------------ public entry points
+    def fit(self, model: LightningModule, datamodule: Any, ckpt_path: str | None = None) -> None:
+        """Train the federation for ``rounds`` rounds, resuming from ``ckpt_path`` (``"last"``: the latest)."""
+        path = self._resolve_ckpt(ckpt_path, required=False)
+        state = load_checkpoint(path) if path is not None else None
+        self._launch(model, state)
+        self._prepare(model, datamodule, "fit")
+        if state is not None:
+            self._restore(state, path)
+        self._log_run_config(model)
+        fabric = self._fabric
+        fabric.call("on_federation_start", trainer=self, module=model)
+        for round_idx in range(self.current_round, self.rounds):
+            metrics = self._run_round(round_idx)
+            self.history.append(metrics)
+            fabric.log_dict(metrics, step=round_idx)
+            self.current_round = round_idx + 1
+            fabric.call("on_round_end", trainer=self, round_idx=round_idx, metrics=metrics)
+            if self.checkpoint_every and (
+                self.current_round % self.checkpoint_every == 0 or self.current_round == self.rounds
+            ):
+                self.save_checkpoint(self.default_root_dir / "checkpoints" / "last.ckpt")
+        fabric.call("on_federation_end", trainer=self)
+        for logger in fabric.loggers:
+            logger.finalize("success")
+
+    def validate(self, model: LightningModule, datamodule: Any, ckpt_path: str | None = None) -> dict[str, float]:
+        """Evaluate every client's personalised model on its validation split."""
+        return self._evaluate_only("val", model, datamodule, ckpt_path)
+
+    def test(self, model: LightningModule, datamodule: Any, ckpt_path: str | None = None) -> dict[str, float]:
+        """Evaluate every client's personalised model on its test split."""
+        return self._evaluate_only("test", model, datamodule, ckpt_path)
+
+    @property
+    def callback_metrics(self) -> dict[str, float]:
+        """The metrics of the latest round."""
+        return self.history[-1] if self.history else {}
+
+    @property
+    def client_ids(self) -> list[str]:
+        """The federation's clients, in order."""
+        return list(self._client_ids)
+
+    @property
+    def global_rank(self) -> int:
+        """This process's rank."""
+        return self._fabric.global_rank if self.fabric is not None else 0
+
+    @property
+    def is_global_zero(self) -> bool:
+        """Whether this is the process that logs and writes checkpoints."""
+        return self.global_rank == 0
+
+    # ------------------------------------------------------------------ set-up
+    @property
+    def _fabric(self) -> Fabric:
+        if self.fabric is None:
+            raise RuntimeError("FederatedTrainer: no Fabric yet; call fit, validate or test")
+        return self.fabric
+
+    @staticmethod
+    def _make_loggers(logger: Logger | Iterable[Logger] | bool) -> list[Logger]:
+        if isinstance(logger, bool) or logger is None:
+            return []  # the default CSV logger is made at launch, once the version to resume is known
+        if isinstance(logger, Logger):
+            return [logger]
+        return list(logger)
+
+    def _callbacks_for(self, model: LightningModule) -> list[Any]:
+        """User callbacks plus the module's, the module's winning over a user callback of the same type."""
+        declared = model.configure_callbacks() or []
+        declared = [declared] if isinstance(declared, Callback) else list(declared)
+        declared_types = {type(cb) for cb in declared}
+        callbacks = [cb for cb in self.user_callbacks if type(cb) not in declared_types] + declared
+        if self.enable_progress_bar:
+            from fedhet.callbacks.progress import RichRoundProgress
+
+            if not any(isinstance(cb, RichRoundProgress) for cb in callbacks):
+                callbacks.append(RichRoundProgress())
+        return callbacks
+
+    def _launch(self, model: LightningModule, resume_from: dict[str, Any] | None = None) -> None:
+        if not isinstance(model, LightningModule) or not isinstance(model, FederatedModuleProtocol):
+            raise TypeError(
+                f"FederatedTrainer needs a LightningModule implementing the federated module contract"
+                f" (e.g. a fedhet.modules.FederatedModule subclass), got {type(model).__name__}"
+            )
+        if self.fabric is not None:
+            return
+        if self._default_logger and not self.loggers:
+            versions = resume_from["logger_versions"] if resume_from else []
+            version = versions[0] if versions else None
+            self.loggers = [CSVLogger(save_dir=self.default_root_dir, name="logs", version=version)]
+        self._callbacks = self._callbacks_for(model)
+        self.fabric = Fabric(**self._fabric_kwargs, loggers=self.loggers, callbacks=self._callbacks)
+        self.fabric.launch()
+
+    def _prepare(self, model: LightningModule, datamodule: Any, stage: str) -> None:
+        """Set up and check the clients, and initialise the server state, before any training."""
+        for attr in ("setup", "client_ids", "client", "specs"):
+            if not hasattr(datamodule, attr):
+                raise TypeError(
+                    f"FederatedTrainer needs a FederatedDataModule; {type(datamodule).__name__} has no '{attr}'"
+                )
+        datamodule.setup(stage)
+        self._datamodule = datamodule
+        self._template = model
+        self._client_ids = list(datamodule.client_ids)
+        self._index = {cid: i for i, cid in enumerate(self._client_ids)}
+        self._specs = datamodule.specs
+        self.sampler.validate(len(self._client_ids))
+        self._modules: dict[Hashable, LightningModule] = {}
+        self._shared_names: dict[Hashable, list[str]] = {}
+        self._aggregator = self.aggregator or getattr(model, "configure_aggregator", WeightedMean)()
+        if not self._has_state:
+            self._init_server()
+
+    def _build(self, client_id: str, seed: int) -> LightningModule:
+        """A fresh module for ``client_id``, its layers created under ``seed``."""
+        with seeded(seed, [self._fabric.device]):
+            module = copy.deepcopy(self._template)
+            module.setup_client(self._specs[client_id])
+            module.configure_model()
+        return module.to(self._fabric.device)
+
+    def _init_server(self) -> None:
+        """Initial shared parameters: one build per client architecture, checked for name/shape clashes."""
+        shared: dict[str, Any] = {}
+        seen: set[Hashable] = set()
+        for cid in self._client_ids:
+            signature = self._template.client_signature(self._specs[cid])
+            if signature in seen:
+                continue
+            seen.add(signature)
+            for name, value in self._build(cid, derive_seed(self.seed, "server")).shared_state_dict().items():
+                if name in shared and shared[name].shape != value.shape:
+                    raise ValueError(
+                        f"client '{cid}': shared parameter '{name}' has shape {tuple(value.shape)}, but other clients"
+                        f" give it shape {tuple(shared[name].shape)}; shared parameters must agree in shape"
+                    )
+                shared.setdefault(name, value.detach().cpu().clone())
+        self.server_state = ServerState(shared=shared)
+        self._store = {}
+        self._has_state = True
+
+    def owns(self, client_id: str) -> bool:
+        """Whether this process trains and keeps the state of ``client_id``."""
+        return owner_rank(self._index[client_id], self._fabric.world_size) == self._fabric.global_rank
+
+    # ------------------------------------------------------------------ one client
+    def _load_client(self, client_id: str) -> tuple[LightningModule, int]:
+        """The module of ``client_id`` with its personal state and the server's payload loaded; bytes sent down."""
+        spec = self._specs[client_id]
+        signature = self._template.client_signature(spec)
+        module = self._modules.get(signature)
+        if module is None:
+            module = self._modules[signature] = self._build(client_id, derive_seed(self.seed, "server"))
+            self._shared_names[signature] = list(module.shared_state_dict())
+        module.setup_client(spec)
+        if client_id not in self._store:
+            fresh = self._build(client_id, derive_seed(self.seed, "init", client_id))
+            shared = set(self._shared_names[signature])
+            personal = {k: v for k, v in fresh.state_dict().items() if k not in shared}
+            self._store[client_id] = ClientState(to_cpu(personal))
+        payload = self.server_state.payload_for(client_id, self._shared_names[signature])
+        module.load_state_dict({**self._store[client_id].personal, **payload}, strict=True)
+        module.receive_statistics(move_data_to_device(self.server_state.statistics, self._fabric.device))
+        return module, num_bytes(payload) + num_bytes(self.server_state.statistics)
+
+    def _fit_client(self, client_id: str, round_idx: int) -> tuple[ClientUpdate, ClientState, int]:
+        module, bytes_down = self._load_client(client_id)
+        self._fabric.call("on_client_fit_start", trainer=self, round_idx=round_idx, client_id=client_id, module=module)
+        previous = self._store[client_id]
+        keep_optimizer = bool(getattr(module, "keep_optimizer_state", False))
+        with seeded(derive_seed(self.seed, "fit", round_idx, client_id), [self._fabric.device]):
+            metrics, optimizer_state = run_local_training(
+                self._fabric,
+                module,
+                self._datamodule.client(client_id).train_dataloader(),
+                module.local_phases(),
+                self.local_epochs,
+                self.local_steps,
+                previous.optimizer if keep_optimizer else None,
+            )
+        shared = module.shared_state_dict()
+        update = ClientUpdate(
+            client_id=client_id,
+            num_samples=self._specs[client_id].num_train,
+            shared=to_cpu(shared),
+            statistics=to_cpu(module.client_statistics()),
+            metrics=metrics,
+        )
+        personal = {k: v for k, v in module.state_dict().items() if k not in shared}
+        state = ClientState(to_cpu(personal), move_data_to_device(optimizer_state, "cpu") if keep_optimizer else None)
+        self._fabric.call(
+            "on_client_fit_end", trainer=self, round_idx=round_idx, client_id=client_id, module=module, update=update
+        )
+        return update, state, bytes_down
+
+    # ------------------------------------------------------------------ one round
+    def _run_round(self, round_idx: int) -> dict[str, float]:
+        fabric = self._fabric
+        start = time.perf_counter()
+        sampled = self.sampler.sample(self._client_ids, round_idx, self.rounds, self.seed)
+        fabric.call("on_round_start", trainer=self, round_idx=round_idx, client_ids=sampled)
+        updates, failures, bytes_down = [], [], 0
+        for cid in sampled:
+            if not self.owns(cid):
+                continue
+            try:
+                update, state, down = self._fit_client(cid, round_idx)
+            except Exception as err:  # a failing client must not take the run down: it is left out and named
+                failures.append((cid, f"{type(err).__name__}: {err}"))
+                continue
+            bad = all_finite(update.shared) + all_finite(update.statistics)
+            if bad or not math.isfinite(update.metrics["loss"]):
+                failures.append((cid, f"non-finite upload in {bad or ['loss']}"))
+                continue
+            self._store[cid] = state
+            updates.append(update)
+            bytes_down += down
+        gathered = gather_objects(fabric, (updates, failures, bytes_down))
+        updates = sorted((u for part in gathered for u in part[0]), key=lambda u: self._index[u.client_id])
+        failures = sorted((f for part in gathered for f in part[1]), key=lambda f: self._index[f[0]])
+        bytes_down = sum(part[2] for part in gathered)
+        self._check_failures(round_idx, sampled, updates, failures)
+
+        fabric.call("on_aggregate_start", trainer=self, round_idx=round_idx, updates=updates)
+        self._aggregator.reset()
+        for update in updates:
+            self._aggregator.update(update)
+        self.server_state.shared.update(self._aggregator.compute())
+        fabric.call(
+            "on_aggregate_end", trainer=self, round_idx=round_idx, server_state=self.server_state, updates=updates
+        )
+
+        bytes_up = sum(u.num_bytes for u in updates)
+        self._comm_totals["up"] += bytes_up
+        self._comm_totals["down"] += bytes_down
+        weights = [u.num_samples for u in updates]
+        losses = [u.metrics["loss"] for u in updates]
+        metrics: dict[str, float] = {
+            "round": float(round_idx),
+            "train/loss_mean": sum(losses) / len(losses),
+            "train/loss_weighted": sum(w * x for w, x in zip(weights, losses, strict=True)) / max(sum(weights), 1),
+            "clients/participants": float(len(updates)),
+            "clients/failed": float(len(failures)),
+            "comm/bytes_up": float(bytes_up),
+            "comm/bytes_down": float(bytes_down),
+            "comm/bytes_up_total": float(self._comm_totals["up"]),
+            "comm/bytes_down_total": float(self._comm_totals["down"]),
+        }
+        if (round_idx + 1) % self.eval_every == 0 or round_idx == self.rounds - 1:
+            metrics.update(self._evaluate("val", round_idx))
+        metrics["time/round_s"] = time.perf_counter() - start
+        return metrics
+
+    def _check_failures(
+        self, round_idx: int, sampled: list[str], updates: list[ClientUpdate], failures: list[tuple[str, str]]
+    ) -> None:
+        for cid, reason in failures:
+            log.warning("round %d: client '%s' left out of the aggregate: %s", round_idx, cid, reason)
+        if failures and (not updates or len(failures) > self.max_client_failures * len(sampled)):
+            details = "; ".join(f"'{cid}': {reason}" for cid, reason in failures)
+            raise RuntimeError(
+                f"round {round_idx}: {len(failures)} of {len(sampled)} clients failed, more than"
+                f" max_client_failures={self.max_client_failures} allows: {details}"
+            )
+
+    # ------------------------------------------------------------------ evaluation
+    def _evaluate(self, stage: str, round_idx: int) -> dict[str, float]:
+        """Each client evaluates its personalised model on its own ``stage`` split; summaries over clients."""
+        results = []
+        for cid in self._client_ids:
+            if not self.owns(cid):
+                continue
+            client = self._datamodule.client(cid)
+            loader = client.val_dataloader() if stage == "val" else client.test_dataloader()
+            if not loader:
+                continue
+            module, _ = self._load_client(cid)
+            adaptation = module.adaptation_phases()
+            if adaptation:  # e.g. FedAvg-FT: fine-tune a copy; the next load restores the client's real state
+                with seeded(derive_seed(self.seed, "adapt", round_idx, cid), [self._fabric.device]):
+                    run_local_training(
+                        self._fabric, module, client.train_dataloader(), adaptation, self.local_epochs, self.local_steps
+                    )
+            values = evaluate_client(self._fabric, module, loader, stage)
+            directions = {name: bool(m.higher_is_better) for name, m in module.evaluation_metrics(stage).items()}
+            results.append((cid, values, len(loader.dataset), directions))
+        results = [r for part in gather_objects(self._fabric, results) for r in part]
+        if not results:
+            return {}
+        metrics = summarize_clients(
+            {cid: values for cid, values, _, _ in results},
+            {cid: n for cid, _, n, _ in results},
+            {name: d for *_, directions in results for name, d in directions.items()},
+            prefix=stage,
+            log_per_client=self.log_per_client,
+        )
+        self._fabric.call("on_evaluation_end", trainer=self, stage=stage, round_idx=round_idx, metrics=metrics)
+        return metrics
+
+    def _evaluate_only(
+        self, stage: str, model: LightningModule, datamodule: Any, ckpt_path: str | None
+    ) -> dict[str, float]:
+        path = self._resolve_ckpt(ckpt_path, required=not self._has_state)
+        state = load_checkpoint(path) if path is not None else None
+        self._launch(model, state)
+        self._prepare(model, datamodule, "validate" if stage == "val" else "test")
+        if state is not None:
+            self._restore(state, path)
+        metrics = self._evaluate(stage, self.current_round)
+        self._fabric.log_dict(metrics, step=self.current_round)
+        for logger in self._fabric.loggers:
+            logger.save()
+        return metrics
+
+    # ------------------------------------------------------------------ checkpoints and logging
+    def _resolve_ckpt(self, ckpt_path: str | None, required: bool) -> Path | None:
+        if ckpt_path is None:
+            if required:
+                raise ValueError(
+                    "no trained federation to evaluate: pass ckpt_path (a file or 'last') or call fit first"
+                )
+            return None
+        path = self.default_root_dir / "checkpoints" / "last.ckpt" if ckpt_path == "last" else Path(ckpt_path)
+        if ckpt_path == "last" and not path.is_file() and not required:
+            log.warning("ckpt_path='last' but %s does not exist: starting from scratch", path)
+            return None
+        return path
+
+    def save_checkpoint(self, path: str | Path) -> None:
+        """Write the whole federation (server, every client, callbacks, history) to ``path``, atomically."""
+        fabric = self._fabric
+        stores = gather_objects(fabric, {cid: s.state_dict() for cid, s in self._store.items()})
+        callbacks = {self._callback_key(cb): cb.state_dict() for cb in self._callbacks if hasattr(cb, "state_dict")}
+        if fabric.is_global_zero:
+            save_checkpoint(
+                path,
+                {
+                    "round": self.current_round,
+                    "seed": self.seed,
+                    "client_ids": self._client_ids,
+                    "server": self.server_state.state_dict(),
+                    "clients": {cid: s for part in stores for cid, s in part.items()},
+                    "callbacks": callbacks,
+                    "history": self.history,
+                    "comm_totals": dict(self._comm_totals),
+                    "logger_versions": [lg.version for lg in fabric.loggers],
+                },
+            )
+            for logger in fabric.loggers:
+                logger.save()
+        fabric.barrier()
+
+    def _restore(self, state: dict[str, Any], path: Path) -> None:
+        if state["client_ids"] != self._client_ids:
+            missing = sorted(set(state["client_ids"]) - set(self._client_ids))
+            extra = sorted(set(self._client_ids) - set(state["client_ids"]))
+            raise ValueError(
+                f"checkpoint {str(path)!r} was written for other clients (missing here: {missing}, new here: {extra})"
+            )
+        if state["seed"] != self.seed:
+            raise ValueError(
+                f"checkpoint {str(path)!r} was written with seed {state['seed']}, field 'seed' is {self.seed}"
+            )
+        self.server_state.load_state_dict(state["server"])
+        self._store = {cid: ClientState.from_state_dict(s) for cid, s in state["clients"].items() if self.owns(cid)}
+        for cb in self._callbacks:
+            key = self._callback_key(cb)
+            if key in state["callbacks"] and hasattr(cb, "load_state_dict"):
+                cb.load_state_dict(state["callbacks"][key])
+        self.history = list(state["history"])
+        self._comm_totals = dict(state["comm_totals"])
+        self.current_round = state["round"]
+        self._has_state = True
+        if self._default_logger:
+            for metrics in self.history:  # the resumed CSV file starts afresh: write the rounds already run
+                self._fabric.log_dict(metrics, step=int(metrics["round"]))
+
+    @staticmethod
+    def _callback_key(callback: Any) -> str:
+        return str(getattr(callback, "state_key", type(callback).__qualname__))
+
+    def _log_run_config(self, model: LightningModule) -> None:
+        config = self.run_config or {"model": {"class_path": type(model).__qualname__, **dict(model.hparams)}}
+        for logger in self._fabric.loggers:
+            logger.log_hyperparams(config)
+        if self._fabric.is_global_zero and self.run_config is not None:
+            self.default_root_dir.mkdir(parents=True, exist_ok=True)
+            (self.default_root_dir / "config.yaml").write_text(yaml.safe_dump(self.run_config, sort_keys=False))
