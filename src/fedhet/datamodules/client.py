@@ -191,7 +191,7 @@ class ClientDataModule(LightningDataModule):
         y = check_labels(self.client_id, "y", inputs["y"], len(x), self.num_classes)
         feature_shape = tuple(x.shape[1:])
         check_feature_blocks(self.client_id, self.feature_blocks, math.prod(feature_shape))
-        held_out = {}
+        held_out: dict[str, TensorPairDataset] = {}
         for part in ("val", "test"):
             x_part, y_part = inputs[f"x_{part}"], inputs[f"y_{part}"]
             if x_part is not None:
@@ -229,7 +229,7 @@ class ClientDataModule(LightningDataModule):
         if self.val_fraction == 0 and self.test_fraction == 0:
             return TensorPairDataset(x, y), TensorPairDataset(x[:0], y[:0]), TensorPairDataset(x[:0], y[:0])
         fractions = (1.0 - self.val_fraction - self.test_fraction, self.val_fraction, self.test_fraction)
-        parts = [torch.from_numpy(part) for part in split_indices(len(x), fractions, self.seed)]
+        parts = [torch.from_numpy(part).to(x.device) for part in split_indices(len(x), fractions, self.seed)]
         train, val, test = (TensorPairDataset(x.index_select(0, part), y.index_select(0, part)) for part in parts)
         return train, val, test
 

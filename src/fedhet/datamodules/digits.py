@@ -17,13 +17,13 @@ class DigitsFederation(FederatedDataModule):
 
     Each sample is 64 pixel intensities in ``[0, 16]``, scaled here to ``[0, 1]`` as ``float32``; labels are the
     digits 0-9 as ``int64``. The data ship with scikit-learn (``sklearn.datasets.load_digits``), so nothing is
-    downloaded. They are the test set of the UCI "Optical Recognition of Handwritten Digits" data (E. Alpaydin and
-    C. Kaynak, 1998; see also Kaynak, "Methods of Combining Multiple Classifiers and Their Applications to
-    Handwritten Digit Recognition", MSc thesis, Bogazici University, 1995).
+    downloaded. They are the test part of the UCI "Optical Recognition of Handwritten Digits" data set (optdigits),
+    collected by E. Alpaydin and C. Kaynak; see Alpaydin and Kaynak (1998), "Cascading Classifiers", Kybernetika 34(4).
 
     The samples are shared with :func:`~fedhet.functional.dirichlet_label_skew`; each client then splits its own
     samples at random into train, validation and test parts, with a seed derived from ``seed`` and its index. Client
-    ids are ``client_000``, ``client_001``, ... All clients share one 64-dimensional feature space.
+    ids are ``client_000``, ``client_001``, ... All clients share one 64-dimensional feature space. The arguments are
+    kept in ``self.hparams`` (Lightning's ``save_hyperparameters``).
 
     Args:
         num_clients: number of clients.
@@ -34,8 +34,6 @@ class DigitsFederation(FederatedDataModule):
         batch_size: training batch size.
         eval_batch_size: validation and test batch size.
         seed: seed of the partition and of the clients' splits.
-
-    The arguments are kept in ``self.hparams`` (Lightning's ``save_hyperparameters``).
 
     Example:
         >>> federation = DigitsFederation(num_clients=4, seed=1)

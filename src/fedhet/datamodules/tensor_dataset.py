@@ -55,7 +55,7 @@ class TensorPairDataset(Dataset[tuple[Tensor, Tensor]]):
             features of shape ``(B, *feature_shape)`` and labels of shape ``(B,)``.
 
         """
-        index = torch.as_tensor(indices, dtype=torch.long)
+        index = torch.as_tensor(indices, dtype=torch.long, device=self.x.device)
         return self.x.index_select(0, index), self.y.index_select(0, index)
 
 

@@ -65,8 +65,9 @@ class FederatedClassifier(FederatedModule):
         spec = self.spec
         self.body, width = self.build_body(spec)
         self.head = nn.Linear(width, spec.num_classes)
+        local = {"sync_on_compute": False}  # a client's metrics are its own, never reduced across processes
         metrics = MetricCollection(
-            {"acc": MulticlassAccuracy(spec.num_classes, average="micro"), "loss": MeanMetric()}
+            {"acc": MulticlassAccuracy(spec.num_classes, average="micro", **local), "loss": MeanMetric(**local)}
         )
         self.val_metrics = metrics
         self.test_metrics = metrics.clone()

@@ -105,6 +105,11 @@ def run_local_training(
 def evaluate_client(fabric: Fabric, module: LightningModule, loader: Iterable, stage: str) -> dict[str, float]:
     """Run ``validation_step`` (``stage="val"``) or ``test_step`` over ``loader`` and compute the module's metrics."""
     metrics = module.evaluation_metrics(stage)
+    if fabric.world_size > 1 and any(m.sync_on_compute for m in metrics.values()):
+        raise ValueError(
+            f"{type(module).__name__}.evaluation_metrics('{stage}') must be built with sync_on_compute=False: each"
+            " process evaluates different clients, so a client's metrics must not be reduced across processes"
+        )
     metrics.reset()
     step = module.validation_step if stage == "val" else module.test_step
     module.eval()

@@ -33,8 +33,9 @@ def summarize_clients(
     out: dict[str, float] = {}
     names = sorted({name for metrics in per_client.values() for name in metrics})
     for name in names:
-        mean, weighted = MeanMetric(), MeanMetric()
-        worst = MinMetric() if higher_is_better.get(name, False) else MaxMetric()
+        local = {"sync_on_compute": False}  # every process already holds every client's values
+        mean, weighted = MeanMetric(**local), MeanMetric(**local)
+        worst = (MinMetric if higher_is_better.get(name, False) else MaxMetric)(**local)
         for client_id in sorted(per_client):
             if name not in per_client[client_id]:
                 continue

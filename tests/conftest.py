@@ -1,0 +1,33 @@
+import os
+
+import pytest
+import torch
+
+from fedhet.datamodules import ClientDataModule, FederatedDataModule
+
+os.environ.setdefault("WANDB_MODE", "offline")
+os.environ.setdefault("WANDB_SILENT", "true")
+
+
+def make_client(client_id: str, n: int, seed: int, classes=(0, 1, 2), dim: int = 6, **kwargs) -> ClientDataModule:
+    """A seeded Gaussian-blob client: class c is centred at 2 * e_c."""
+    g = torch.Generator().manual_seed(seed)
+    y = torch.tensor(classes)[torch.randint(len(classes), (n,), generator=g)]
+    centres = 2.0 * torch.eye(max(3, dim))[:, :dim]
+    x = centres[y] + torch.randn(n, dim, generator=g)
+    kwargs.setdefault("test_fraction", 0.25)
+    kwargs.setdefault("val_fraction", 0.25)
+    return ClientDataModule(client_id, x, y, num_classes=3, batch_size=8, seed=seed, **kwargs)
+
+
+@pytest.fixture
+def tiny_federation() -> FederatedDataModule:
+    """Four small clients with different class mixes and sizes."""
+    return FederatedDataModule(
+        [
+            make_client("a", 40, 0, classes=(0, 1)),
+            make_client("b", 32, 1, classes=(1, 2)),
+            make_client("c", 48, 2, classes=(0, 1, 2)),
+            make_client("d", 24, 3, classes=(2,)),
+        ]
+    )
