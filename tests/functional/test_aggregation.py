@@ -21,7 +21,7 @@ def test_weighted_mean_matches_closed_form_over_holders():
     states = _states()
     weights = [1.0, 2.0, 5.0]
     out = weighted_mean(states, weights)
-    expected_w = sum(w * s["w"] for w, s in zip(weights, states)) / 8.0
+    expected_w = sum(w * s["w"] for w, s in zip(weights, states, strict=False)) / 8.0
     expected_b = (1.0 * states[0]["b"] + 5.0 * states[2]["b"]) / 6.0  # only clients 0 and 2 hold "b"
     torch.testing.assert_close(out["w"], expected_w)
     torch.testing.assert_close(out["b"], expected_b)
@@ -53,7 +53,7 @@ def test_uniform_weighting_ignores_sample_counts():
     states = _states(3)
     agg = WeightedMean("uniform")
     for i, s in enumerate(states):
-        agg.update(ClientUpdate(f"c{i}", num_samples=10 ** i, shared=s))
+        agg.update(ClientUpdate(f"c{i}", num_samples=10**i, shared=s))
     torch.testing.assert_close(agg.compute()["w"], weighted_mean(states)["w"])
 
 

@@ -104,7 +104,8 @@ def test_fedrep_shares_only_the_body_and_trains_the_head_first(tmp_path, tiny_fe
     trainer.fit(FedRep(hidden_dims=[8], head_epochs=2), tiny_federation)
     for updates in rec.updates.values():
         for u in updates:
-            assert u.shared and all(k.startswith("body.") for k in u.shared)
+            assert u.shared
+            assert all(k.startswith("body.") for k in u.shared)
     assert set(trainer.server_state.shared) == {"body.1.weight", "body.1.bias"}
     assert set(trainer._store["a"].personal) == {"head.weight", "head.bias"}
     # the server keeps what it had for names nobody uploaded and FedRep never uploads a head
@@ -252,7 +253,11 @@ def test_bad_checkpoints_give_clear_errors(tmp_path, tiny_federation):
 
 
 def test_bad_trainer_settings_are_refused(tmp_path):
-    for kwargs, field in [({"rounds": 0}, "rounds"), ({"local_steps": 0}, "local_steps"), ({"eval_every": 0}, "eval_every")]:
+    for kwargs, field in [
+        ({"rounds": 0}, "rounds"),
+        ({"local_steps": 0}, "local_steps"),
+        ({"eval_every": 0}, "eval_every"),
+    ]:
         with pytest.raises(ValueError, match=field):
             make_trainer(tmp_path, **kwargs)
     with pytest.raises(ValueError, match="min_clients"):
@@ -261,6 +266,7 @@ def test_bad_trainer_settings_are_refused(tmp_path):
 
 def _four_clients():
     from tests.conftest import make_client
+
     from fedhet.datamodules import FederatedDataModule
 
     return FederatedDataModule([make_client(c, 20, i) for i, c in enumerate("abcd")])

@@ -1,0 +1,428 @@
+"""Engine overhead: seconds per FedAvg round in fedhet against a bare PyTorch loop doing the same optimizer steps.
+
+What is compared:
+    * **fedhet**: ``FederatedTrainer.fit(FedAvg(hidden_dims=[64], lr=0.05), federation)`` on CPU, with every optional
+      feature that costs time switched off (no logger, no progress bar, no checkpoints, no per-client logging) and
+      ``eval_every`` larger than ``rounds``, so that clients are evaluated only after the last round.
+    * **reference**: the least work any FedAvg must do, written in plain PyTorch in the same process. For each round
+      and each client: ``load_state_dict`` of the global weights into one ``nn.Module`` of the same architecture
+      (flatten, ``Linear(32, 64)``, ReLU, ``Linear(64, 10)``, with the same parameter names), a new
+      ``torch.optim.SGD`` with the same settings, one epoch of shuffled minibatches (``randperm`` and slicing) of the
+      same batch size, so exactly ``ceil(n_i / batch_size)`` steps as fedhet's ``DataLoader(drop_last=False)`` takes,
+      each a forward, cross-entropy, backward and step; then the client's weights are added, weighted by its number
+      of samples, into running sums that become the next global weights.
+
+    Both sides train on the very same tensors (the reference reads them back from the set-up datamodule). The
+    shuffled orders differ (fedhet seeds a ``DataLoader`` per client and round), which changes the numbers but not the
+    work. Before the timed runs the script checks, untimed, that both sides take the same number of optimizer steps
+    per round and that the two models have the same parameter names and shapes.
+
+The data:
+    Synthetic tabular clients: 32 standard-normal features, 10 classes, a uniformly drawn 50-100 training samples
+    each (so 2-4 steps of batch size 32 per client and round), no validation or test split, all drawn from one
+    seeded generator. The same federation serves both sides and every repeat.
+
+How time is measured:
+    Seconds per **steady-state round**. For fedhet these are the engine's own ``trainer.history[i]["time/round_s"]``
+    (a ``perf_counter`` span around sampling, every client's load/train/upload, aggregation and the round's metrics);
+    for the reference, a ``perf_counter`` span around the same work. Round 0 is left out on both sides (fedhet builds
+    each client's initial state there, the reference warms up its allocations), and so is the last round (fedhet
+    evaluates every client there); rounds ``1 .. R-2`` count. Whole ``fit`` calls are not timed: they add one-off
+    costs (Fabric launch, the first-round client builds, the final evaluation) that do not scale with the number of
+    rounds; they are reported beside the ratio (``fit_s``, ``round0_s``, ``eval_round_s``) for information only.
+
+    The machine is noisy, so the two sides are interleaved: each repeat runs the reference and fedhet back to back,
+    alternating which goes first, after a ``gc.collect()``. A run's time is the median of its rounds; a repeat's
+    ratio is fedhet's run time over the reference's; the headline is the median of the repeats' ratios (the table
+    also gives their range). Absolute times depend on the machine; the ratio is the number to track (target
+    <= 1.10x). ``torch.set_num_threads(--threads)`` (default 1) keeps the numbers stable; nothing is asserted.
+
+Usage:
+    From the repository root::
+
+        python benchmarks/engine_overhead.py                      # 10, 100 and 1,000 clients
+        python benchmarks/engine_overhead.py --with-10k           # also 10,000 clients (long: about 15 minutes)
+        python benchmarks/engine_overhead.py --clients 100 --rounds 20 --repeats 5 --threads 1
+
+    Results go to ``benchmarks/results/engine_overhead.csv`` and ``.md``. To profile one side only, e.g. with py-spy::
+
+        py-spy record -o fedhet.svg -- python benchmarks/engine_overhead.py --clients 1000 --only fedhet --no-save
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import gc
+import logging
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+import warnings
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+NUM_FEATURES = 32
+NUM_CLASSES = 10
+HIDDEN = 64
+LR = 0.05
+BATCH_SIZE = 32
+MIN_SAMPLES, MAX_SAMPLES = 50, 100
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+
+
+# --------------------------------------------------------------------------------------------------------- the data
+def make_client_tensors(num_clients: int, seed: int) -> dict[str, tuple[Tensor, Tensor]]:
+    """Synthetic tabular clients: ``client_id -> (x, y)`` with 50-100 samples of 32 features and 10 classes."""
+    gen = torch.Generator().manual_seed(seed)
+    sizes = torch.randint(MIN_SAMPLES, MAX_SAMPLES + 1, (num_clients,), generator=gen).tolist()
+    width = len(str(num_clients - 1))
+    return {
+        f"client_{i:0{width}d}": (
+            torch.randn(n, NUM_FEATURES, generator=gen),
+            torch.randint(0, NUM_CLASSES, (n,), generator=gen),
+        )
+        for i, n in enumerate(sizes)
+    }
+
+
+def make_federation(tensors: dict[str, tuple[Tensor, Tensor]]):
+    """The fedhet federation over ``tensors``, set up, and the training tensors it holds, in client order."""
+    from fedhet.datamodules import FederatedDataModule
+
+    federation = FederatedDataModule.from_tensors(tensors, num_classes=NUM_CLASSES, batch_size=BATCH_SIZE)
+    federation.setup("fit")
+    train = [(c.train_dataset.x, c.train_dataset.y) for c in federation.clients.values()]
+    return federation, train
+
+
+# ---------------------------------------------------------------------------------------------------- the reference
+class ReferenceNet(nn.Module):
+    """FedAvg(hidden_dims=[64])'s network in plain PyTorch, with the same parameter names."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = nn.Sequential(nn.Flatten(), nn.Linear(NUM_FEATURES, HIDDEN), nn.ReLU())
+        self.head = nn.Linear(HIDDEN, NUM_CLASSES)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Class logits."""
+        return self.head(self.body(x))
+
+
+def run_reference(clients: list[tuple[Tensor, Tensor]], rounds: int, seed: int) -> tuple[list[float], int]:
+    """Bare FedAvg over ``clients`` for ``rounds`` rounds: each round's seconds, and the optimizer steps per round."""
+    torch.manual_seed(seed)
+    model = ReferenceNet()
+    global_state = {name: value.detach().clone() for name, value in model.state_dict().items()}
+    seconds, steps = [], 0
+    for _ in range(rounds):
+        start = time.perf_counter()
+        sums = {name: torch.zeros_like(value) for name, value in global_state.items()}
+        total, steps = 0, 0
+        for x, y in clients:
+            model.load_state_dict(global_state)
+            optimizer = torch.optim.SGD(model.parameters(), lr=LR)
+            n = len(y)
+            order = torch.randperm(n)
+            for begin in range(0, n, BATCH_SIZE):
+                index = order[begin : begin + BATCH_SIZE]
+                loss = F.cross_entropy(model(x.index_select(0, index)), y.index_select(0, index))
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
+                steps += 1
+            for name, value in model.state_dict().items():
+                sums[name].add_(value, alpha=n)
+            total += n
+        global_state = {name: value / total for name, value in sums.items()}
+        seconds.append(time.perf_counter() - start)
+    return seconds, steps
+
+
+# ------------------------------------------------------------------------------------------------------- fedhet side
+def make_trainer(rounds: int, callbacks: list | None = None):
+    from fedhet.plugins.trainer import FederatedTrainer
+
+    return FederatedTrainer(
+        rounds=rounds,
+        local_epochs=1,
+        accelerator="cpu",
+        logger=False,
+        enable_progress_bar=False,
+        checkpoint_every=0,
+        eval_every=rounds + 1,  # evaluation only after the last round
+        log_per_client=False,
+        callbacks=callbacks,
+    )
+
+
+def make_model():
+    from fedhet.modules.baselines import FedAvg
+
+    return FedAvg(hidden_dims=[HIDDEN], lr=LR)
+
+
+@dataclass
+class FedhetRun:
+    """One fedhet ``fit``: per-round seconds from the engine's history and the whole call's seconds."""
+
+    rounds_s: list[float]
+    fit_s: float
+
+
+def run_fedhet(federation, rounds: int) -> FedhetRun:
+    trainer = make_trainer(rounds)
+    model = make_model()
+    start = time.perf_counter()
+    trainer.fit(model, federation)
+    fit_s = time.perf_counter() - start
+    return FedhetRun([h["time/round_s"] for h in trainer.history], fit_s)
+
+
+class _StepCounter:
+    """A federation callback adding up the optimizer steps the clients report."""
+
+    def __init__(self) -> None:
+        self.steps: list[float] = []
+
+    def on_round_start(self) -> None:
+        self.steps.append(0.0)
+
+    def on_client_fit_end(self, update) -> None:
+        self.steps[-1] += update.metrics["steps"]
+
+
+def check_same_work(federation, clients: list[tuple[Tensor, Tensor]]) -> tuple[int, int]:
+    """Untimed: the optimizer steps per round of each side, after checking that the networks match."""
+    fedhet_model = make_model()
+    fedhet_model.setup_client(next(iter(federation.specs.values())))
+    fedhet_model.configure_model()
+    mine = {k: tuple(v.shape) for k, v in ReferenceNet().state_dict().items()}
+    theirs = {k: tuple(v.shape) for k, v in fedhet_model.shared_state_dict().items()}
+    if mine != theirs:
+        raise RuntimeError(f"the reference network {mine} differs from fedhet's {theirs}; fix ReferenceNet")
+    counter = _StepCounter()
+    make_trainer(2, callbacks=[counter]).fit(make_model(), federation)
+    _, reference_steps = run_reference(clients, 1, seed=0)
+    return int(counter.steps[-1]), reference_steps
+
+
+# ------------------------------------------------------------------------------------------------------ the harness
+@dataclass
+class Result:
+    """The measurements for one number of clients."""
+
+    clients: int
+    rounds: int
+    steps_per_round: int
+    reference_s: list[float] = field(default_factory=list)  # per repeat: median steady-state round
+    fedhet_s: list[float] = field(default_factory=list)
+    fedhet_round0_s: list[float] = field(default_factory=list)
+    fedhet_eval_round_s: list[float] = field(default_factory=list)
+    fedhet_fit_s: list[float] = field(default_factory=list)
+
+    @property
+    def ratios(self) -> list[float]:
+        """Per repeat: the fedhet time over the reference time."""
+        return [f / r for f, r in zip(self.fedhet_s, self.reference_s, strict=True)]
+
+    def row(self) -> dict[str, float | int | str]:
+        """The summary row written to the table, CSV and Markdown."""
+        ratios = self.ratios
+        ref, fed = statistics.median(self.reference_s), statistics.median(self.fedhet_s)
+        return {
+            "clients": self.clients,
+            "rounds": self.rounds,
+            "timed_rounds": self.rounds - 2,
+            "repeats": len(ratios),
+            "steps_per_round": self.steps_per_round,
+            "ratio": round(statistics.median(ratios), 3),
+            "ratio_min": round(min(ratios), 3),
+            "ratio_max": round(max(ratios), 3),
+            "reference_round_s": round(ref, 5),
+            "fedhet_round_s": round(fed, 5),
+            "overhead_us_per_client": round((fed - ref) / self.clients * 1e6, 1),
+            "fedhet_round0_s": round(statistics.median(self.fedhet_round0_s), 4),
+            "fedhet_eval_round_s": round(statistics.median(self.fedhet_eval_round_s), 4),
+            "fedhet_fit_s": round(statistics.median(self.fedhet_fit_s), 3),
+        }
+
+
+def default_rounds(num_clients: int) -> int:
+    """Enough steady-state rounds to average over, within a few minutes for the default client counts."""
+    return max(4, min(30, 1500 // num_clients))
+
+
+def measure(num_clients: int, rounds: int, repeats: int, only: str | None, seed: int) -> Result:
+    federation, clients = make_federation(make_client_tensors(num_clients, seed))
+    fedhet_steps, reference_steps = check_same_work(federation, clients) if only is None else (0, 0)
+    if fedhet_steps != reference_steps:
+        raise RuntimeError(
+            f"{num_clients} clients: fedhet takes {fedhet_steps} steps a round, the reference {reference_steps}"
+        )
+    result = Result(num_clients, rounds, reference_steps)
+    timed = slice(1, rounds - 1)
+    for repeat in range(repeats):
+        sides = ("reference", "fedhet") if repeat % 2 == 0 else ("fedhet", "reference")
+        for side in sides:
+            if only is not None and side != only:
+                continue
+            gc.collect()
+            if side == "reference":
+                seconds, _ = run_reference(clients, rounds, seed=repeat)
+                result.reference_s.append(statistics.median(seconds[timed]))
+            else:
+                run = run_fedhet(federation, rounds)
+                result.fedhet_s.append(statistics.median(run.rounds_s[timed]))
+                result.fedhet_round0_s.append(run.rounds_s[0])
+                result.fedhet_eval_round_s.append(run.rounds_s[-1])
+                result.fedhet_fit_s.append(run.fit_s)
+        done = [f"{s}={t[-1] * 1e3:.1f} ms" for s, t in (("ref", result.reference_s), ("fedhet", result.fedhet_s)) if t]
+        print(f"  {num_clients} clients, repeat {repeat + 1}/{repeats}: {', '.join(done)}", flush=True)
+    return result
+
+
+def environment(args: argparse.Namespace) -> dict[str, str]:
+    import lightning
+
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True, timeout=10
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        commit = "unknown"
+    return {
+        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "command": " ".join(["python", *sys.argv]),
+        "commit": commit,
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "lightning": lightning.__version__,
+        "torch threads": str(torch.get_num_threads()),
+        "cpus": str(os.cpu_count()),
+        "platform": platform.platform(),
+        "seed": str(args.seed),
+    }
+
+
+COLUMNS = {
+    "clients": "clients",
+    "rounds": "rounds (timed)",
+    "steps_per_round": "steps/round",
+    "ratio": "ratio",
+    "range": "ratio range",
+    "reference_round_s": "reference ms/round",
+    "fedhet_round_s": "fedhet ms/round",
+    "overhead_us_per_client": "overhead µs/client",
+    "fedhet_round0_s": "fedhet round 0 ms",
+    "fedhet_eval_round_s": "fedhet last round ms",
+}
+
+
+def display(row: dict[str, float | int | str]) -> dict[str, str]:
+    """A summary row as table cells: times in ms, the ratio with its range over repeats."""
+    cells = {key: str(row.get(key, "")) for key in COLUMNS}
+    cells["rounds"] = f"{row['rounds']} ({row['timed_rounds']})"
+    cells["ratio"] = f"{row['ratio']:.2f}x"
+    cells["range"] = f"{row['ratio_min']:.2f}-{row['ratio_max']:.2f}x"
+    for key in ("reference_round_s", "fedhet_round_s", "fedhet_round0_s", "fedhet_eval_round_s"):
+        cells[key] = f"{float(row[key]) * 1e3:.1f}"
+    cells["overhead_us_per_client"] = f"{float(row['overhead_us_per_client']):.0f}"
+    return cells
+
+
+def write_results(rows: list[dict], env: dict[str, str], out_dir: Path) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with (out_dir / "engine_overhead.csv").open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    lines = [
+        "# Engine overhead: FedAvg seconds per round, fedhet vs bare PyTorch",
+        "",
+        "Written by `benchmarks/engine_overhead.py` (its docstring explains the method). Target: ratio <= 1.10x.",
+        "Ratio: median over repeats of (median fedhet steady-state round) / (median reference round); rounds 0 and",
+        "R-1 (client set-up, evaluation) are not in it. Overhead: (fedhet - reference) time per round per client.",
+        "",
+        "| " + " | ".join(COLUMNS.values()) + " |",
+        "|" + "---|" * len(COLUMNS),
+    ]
+    lines += ["| " + " | ".join(display(row).values()) + " |" for row in rows]
+    lines += ["", *(f"- {key}: `{value}`" for key, value in env.items()), ""]
+    (out_dir / "engine_overhead.md").write_text("\n".join(lines))
+
+
+def print_table(rows: list[dict]) -> None:
+    try:
+        from rich.console import Console
+        from rich.table import Table
+    except ImportError:  # plain text
+        print(" | ".join(COLUMNS.values()))
+        for row in rows:
+            print(" | ".join(display(row).values()))
+        return
+    table = Table(title="FedAvg time per round, fedhet / bare PyTorch (target <= 1.10x)")
+    for title in COLUMNS.values():
+        table.add_column(title, justify="right")
+    for row in rows:
+        table.add_row(*display(row).values())
+    Console(width=max(Console().width, 150)).print(table)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--clients", type=int, nargs="+", default=[10, 100, 1000], help="numbers of clients")
+    parser.add_argument("--with-10k", action="store_true", help="also run 10,000 clients (about 15 minutes)")
+    parser.add_argument("--rounds", type=int, default=None, help="rounds per fit, >= 3 (default: by client count)")
+    parser.add_argument("--repeats", type=int, default=3, help="interleaved repeats per client count")
+    parser.add_argument("--threads", type=int, default=1, help="torch.set_num_threads")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the synthetic data")
+    parser.add_argument("--only", choices=["fedhet", "reference"], default=None, help="run one side (for profiling)")
+    parser.add_argument("--no-save", action="store_true", help="do not write benchmarks/results/")
+    parser.add_argument("--output-dir", type=Path, default=RESULTS_DIR)
+    args = parser.parse_args(argv)
+    if args.with_10k and 10_000 not in args.clients:
+        args.clients.append(10_000)
+    if args.rounds is not None and args.rounds < 3:
+        parser.error("--rounds must be at least 3: round 0 and the last round are not timed")
+    if args.repeats < 1 or args.threads < 1 or min(args.clients) < 1:
+        parser.error("--repeats, --threads and --clients must be positive")
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    torch.set_num_threads(args.threads)
+    logging.getLogger("lightning").setLevel(logging.WARNING)
+    warnings.filterwarnings("ignore", module="lightning")
+    # Warm-up, untimed: imports, lazy initialisation and first-call costs of both sides.
+    federation, clients = make_federation(make_client_tensors(8, args.seed))
+    run_fedhet(federation, 3)
+    run_reference(clients, 3, args.seed)
+
+    rows = []
+    for num_clients in args.clients:
+        rounds = args.rounds or default_rounds(num_clients)
+        print(f"{num_clients} clients, {rounds} rounds, {args.repeats} repeats", flush=True)
+        result = measure(num_clients, rounds, args.repeats, args.only, args.seed)
+        if args.only is None:
+            rows.append(result.row())
+    if not rows:
+        return
+    print_table(rows)
+    if not args.no_save:
+        write_results(rows, environment(args), args.output_dir)
+        print(f"wrote {args.output_dir / 'engine_overhead.csv'} and {args.output_dir / 'engine_overhead.md'}")
+
+
+if __name__ == "__main__":
+    main()
