@@ -276,3 +276,34 @@ def test_local_steps_counts_optimizer_steps(tmp_path, tiny_federation):
     rec = Recorder()
     make_trainer(tmp_path, rounds=1, local_steps=7, callbacks=[rec]).fit(FedAvg(hidden_dims=[8]), tiny_federation)
     assert [u.metrics["steps"] for u in rec.updates[0]] == [7.0] * 4
+
+
+class RoundCounter(FederatedCallback):
+    """A stateful callback: its state must survive a resume."""
+
+    def __init__(self):
+        self.seen = []
+
+    def on_round_end(self, round_idx):
+        self.seen.append(round_idx)
+
+    def state_dict(self):
+        return {"seen": list(self.seen)}
+
+    def load_state_dict(self, state):
+        self.seen = list(state["seen"])
+
+
+def test_callback_state_survives_resume(tmp_path, tiny_federation):
+    make_trainer(tmp_path, rounds=2, callbacks=[RoundCounter()]).fit(FedAvg(hidden_dims=[8]), tiny_federation)
+    counter = RoundCounter()
+    make_trainer(tmp_path, rounds=3, callbacks=[counter]).fit(
+        FedAvg(hidden_dims=[8]), tiny_federation, ckpt_path="last"
+    )
+    assert counter.seen == [0, 1, 2]
+
+
+def test_mixed_precision_on_cpu(tmp_path, tiny_federation):
+    trainer = make_trainer(tmp_path, precision="bf16-mixed")
+    trainer.fit(FedAvg(hidden_dims=[8]), tiny_federation)
+    assert math.isfinite(trainer.history[-1]["val/acc_mean"])

@@ -6,15 +6,30 @@ import sys
 from typing import Any
 
 from lightning.pytorch import LightningModule
+from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
 
 from fedhet.callbacks.base import FederatedCallback
+
+
+def summary_table(title: str, metrics: dict[str, float]) -> Table:
+    """The client-summary metrics (``*_mean``, ``*_weighted``, ``*_worst``) of a round as a rich table."""
+    table = Table(title=title)
+    for column in ("metric", "mean", "weighted", "worst"):
+        table.add_column(column, justify="left" if column == "metric" else "right")
+    stems = sorted({key.rsplit("_", 1)[0] for key in metrics if key.endswith("_mean") and "/" in key})
+    for stem in stems:
+        cells = [metrics.get(f"{stem}_{kind}") for kind in ("mean", "weighted", "worst")]
+        table.add_row(stem, *("" if c is None else f"{c:.4f}" for c in cells))
+    return table
 
 
 class RichRoundProgress(FederatedCallback):
     """Two bars, rounds and clients in the current round, plus the latest validation accuracy.
 
-    Silent on every process but rank 0 and when standard output is not a terminal (CI, log files).
+    The bars are silent on every process but rank 0 and when standard output is not a terminal (CI, log files); the
+    final summary table (after ``fit``, ``validate`` or ``test``) is printed by rank 0 in every case.
 
     Args:
         force: show the display even when standard output is not a terminal.
@@ -63,8 +78,16 @@ class RichRoundProgress(FederatedCallback):
             info = f"val/acc_mean {acc:.4f}" if acc is not None else ""
             self._progress.update(self._rounds, completed=round_idx + 1, info=info)
 
+    def on_evaluation_end(self, trainer: Any, stage: str, round_idx: int, metrics: dict[str, float]) -> None:
+        """Outside ``fit`` (``validate``/``test``), print the results."""
+        if trainer.is_global_zero and not trainer.fitting:
+            Console().print(summary_table(f"{stage} after {round_idx} rounds", metrics))
+
     def on_federation_end(self, trainer: Any) -> None:
-        """Stop the display."""
+        """Stop the display and print the last round's summary."""
         if self._progress is not None:
             self._progress.stop()
             self._progress = None
+        if trainer.is_global_zero and trainer.history:
+            last = trainer.history[-1]
+            Console().print(summary_table(f"after round {int(last['round']) + 1} of {trainer.rounds}", last))

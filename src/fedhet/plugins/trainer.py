@@ -140,6 +140,7 @@ class FederatedTrainer:
         self._store: dict[str, ClientState] = {}
         self._comm_totals = {"up": 0, "down": 0}
         self._has_state = False
+        self.fitting = False
 
     # ------------------------------------------------------------------ public entry points
     def fit(self, model: LightningModule, datamodule: Any, ckpt_path: str | None = None) -> None:
@@ -149,9 +150,10 @@ class FederatedTrainer:
         self._launch(model, state)
         self._prepare(model, datamodule, "fit")
         if state is not None:
-            self._restore(state, path)
+            self._restore(state, path, replay_logs=self._default_logger)
         self._log_run_config(model)
         fabric = self._fabric
+        self.fitting = True
         fabric.call("on_federation_start", trainer=self, module=model)
         for round_idx in range(self.current_round, self.rounds):
             metrics = self._run_round(round_idx)
@@ -163,6 +165,7 @@ class FederatedTrainer:
                 self.current_round % self.checkpoint_every == 0 or self.current_round == self.rounds
             ):
                 self.save_checkpoint(self.default_root_dir / "checkpoints" / "last.ckpt")
+        self.fitting = False
         fabric.call("on_federation_end", trainer=self)
         for logger in fabric.loggers:
             logger.finalize("success")
@@ -450,7 +453,7 @@ class FederatedTrainer:
     ) -> dict[str, float]:
         path = self._resolve_ckpt(ckpt_path, required=not self._has_state)
         state = load_checkpoint(path) if path is not None else None
-        self._launch(model, state)
+        self._launch(model)  # a new logger version: evaluation never overwrites the training logs
         self._prepare(model, datamodule, "validate" if stage == "val" else "test")
         if state is not None:
             self._restore(state, path)
@@ -498,7 +501,7 @@ class FederatedTrainer:
                 logger.save()
         fabric.barrier()
 
-    def _restore(self, state: dict[str, Any], path: Path) -> None:
+    def _restore(self, state: dict[str, Any], path: Path, replay_logs: bool = False) -> None:
         if state["client_ids"] != self._client_ids:
             missing = sorted(set(state["client_ids"]) - set(self._client_ids))
             extra = sorted(set(self._client_ids) - set(state["client_ids"]))
@@ -519,7 +522,7 @@ class FederatedTrainer:
         self._comm_totals = dict(state["comm_totals"])
         self.current_round = state["round"]
         self._has_state = True
-        if self._default_logger:
+        if replay_logs:
             for metrics in self.history:  # the resumed CSV file starts afresh: write the rounds already run
                 self._fabric.log_dict(metrics, step=int(metrics["round"]))
 

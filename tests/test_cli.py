@@ -1,0 +1,288 @@
+import csv
+import importlib
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fedhet.cli import FederatedCLI, main
+from fedhet.datamodules import FederatedDataModule
+
+ROOT = Path(__file__).parents[1]
+CONFIG_DIR = ROOT / "configs"
+CONFIGS = sorted(CONFIG_DIR.rglob("*.yaml"))
+FEDAVG = str(CONFIG_DIR / "fedavg" / "digits.yaml")
+
+
+def import_object(class_path):
+    module, _, name = class_path.rpartition(".")
+    return getattr(importlib.import_module(module), name)
+
+
+def tiny(root, rounds=2):
+    return [
+        "--trainer.rounds",
+        str(rounds),
+        "--data.init_args.num_clients",
+        "3",
+        "--trainer.enable_progress_bar",
+        "false",
+        "--trainer.default_root_dir",
+        str(root),
+    ]
+
+
+def read_logs(root):
+    """``{version directory name: rows of its metrics.csv}``, oldest version first."""
+    paths = sorted(Path(root, "logs").glob("version_*/metrics.csv"), key=lambda p: int(p.parent.name.split("_")[1]))
+    logs = {}
+    for path in paths:
+        with path.open(newline="") as f:
+            logs[path.parent.name] = list(csv.DictReader(f))
+    return logs
+
+
+def value(row, key):
+    """A CSV cell as a float, or None when the row has no value for ``key``."""
+    cell = row.get(key)
+    return None if cell in (None, "") else float(cell)
+
+
+def rows_at_step(rows, step, key):
+    return [row for row in rows if row["step"] == str(step) and value(row, key) is not None]
+
+
+@pytest.fixture
+def no_data(monkeypatch):
+    """Fail the test if any federation builds its clients (i.e. reads data)."""
+
+    def refuse(self, stage=None):
+        raise AssertionError(f"{type(self).__name__} read its data")
+
+    monkeypatch.setattr(FederatedDataModule, "_build_and_check", refuse)
+
+
+# ---------------------------------------------------------------------------------------------------- the configs
+def test_configs_cover_every_baseline():
+    names = {path.relative_to(CONFIG_DIR).as_posix() for path in CONFIGS}
+    assert {"fedavg/digits.yaml", "fedavg_ft/digits.yaml", "fedrep/digits.yaml", "local/digits.yaml"} <= names
+
+
+def test_digits_configs_share_data_and_trainer_settings():
+    configs = {path.parent.name: yaml.safe_load(path.read_text()) for path in CONFIG_DIR.glob("*/digits.yaml")}
+    reference = configs["fedavg"]
+    for name, config in configs.items():
+        assert config["data"] == reference["data"], name
+        trainer = {k: v for k, v in config["trainer"].items() if k != "default_root_dir"}
+        assert trainer == {k: v for k, v in reference["trainer"].items() if k != "default_root_dir"}, name
+    roots = [config["trainer"]["default_root_dir"] for config in configs.values()]
+    assert len(set(roots)) == len(roots), "two configs would write to the same run directory"
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=[p.relative_to(CONFIG_DIR).as_posix() for p in CONFIGS])
+def test_config_instantiates_the_classes_it_names(path, tmp_path, no_data):
+    config = yaml.safe_load(path.read_text())
+    cli = FederatedCLI(args=["-c", str(path), "--trainer.default_root_dir", str(tmp_path)], run=False)
+    for section, obj in (("model", cli.model), ("data", cli.datamodule)):
+        assert type(obj) is import_object(config[section]["class_path"])
+        for name, expected in config[section].get("init_args", {}).items():
+            assert obj.hparams[name] == expected, f"{section}.init_args.{name}"
+    for name in ("rounds", "local_epochs", "seed", "eval_every"):
+        if name in config.get("trainer", {}):
+            assert getattr(cli.trainer, name) == config["trainer"][name], f"trainer.{name}"
+    assert not any(tmp_path.iterdir()), "instantiating must not write anything"
+
+
+def test_fedavg_ft_and_fedrep_configs_set_their_method_knobs(no_data, tmp_path):
+    ft = FederatedCLI(args=["-c", str(CONFIG_DIR / "fedavg_ft" / "digits.yaml")], run=False).model
+    assert ft.finetune_epochs == 1
+    assert [phase.epochs for phase in ft.adaptation_phases()] == [1]
+    rep = FederatedCLI(args=["-c", str(CONFIG_DIR / "fedrep" / "digits.yaml")], run=False).model
+    assert rep.local_phases()[0].epochs == rep.head_epochs >= 1
+    local = FederatedCLI(args=["-c", str(CONFIG_DIR / "local" / "digits.yaml")], run=False).model
+    assert local.shared == ()
+
+
+# ---------------------------------------------------------------------------------------------------- fit/test/validate
+@pytest.fixture(scope="module")
+def digits_run(tmp_path_factory):
+    """``fit`` 2 rounds, then ``test`` and ``validate`` the last checkpoint; the CSV logs after each command."""
+    root = tmp_path_factory.mktemp("fedavg_digits")
+    args = ["-c", FEDAVG, *tiny(root, rounds=2)]
+    main(["fit", *args])
+    logs = {"fit": read_logs(root)}
+    main(["test", *args, "--ckpt_path", "last"])
+    logs["test"] = read_logs(root)
+    main(["validate", *args, "--ckpt_path", "last"])
+    logs["validate"] = read_logs(root)
+    return root, logs
+
+
+def test_fit_logs_one_row_per_round(digits_run):
+    root, logs = digits_run
+    assert list(logs["fit"]) == ["version_0"]
+    rows = logs["fit"]["version_0"]
+    assert [row["step"] for row in rows] == ["0", "1"]
+    assert [value(row, "round") for row in rows] == [0.0, 1.0]
+    for row in rows:
+        assert 0.0 <= value(row, "val/acc_mean") <= 1.0
+        assert value(row, "val/acc_worst") <= value(row, "val/acc_mean")
+        assert math.isfinite(value(row, "train/loss_mean"))
+        assert value(row, "comm/bytes_up") > 0
+        assert value(row, "clients/participants") == 3.0
+    assert (root / "checkpoints" / "last.ckpt").is_file()
+
+
+def test_fit_saves_the_resolved_config_with_overrides(digits_run, capsys):
+    root, _ = digits_run
+    saved = yaml.safe_load((root / "config.yaml").read_text())
+    assert saved["trainer"]["rounds"] == 2
+    assert saved["trainer"]["default_root_dir"] == str(root)
+    assert saved["model"]["class_path"] == "fedhet.modules.FedAvg"
+    assert saved["model"]["init_args"]["hidden_dims"] == [64]
+    assert saved["data"]["init_args"]["num_clients"] == 3
+    # the saved config is itself a valid config for the CLI
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "-c", str(root / "config.yaml"), "--print_config"])
+    assert exit_info.value.code in (0, None)
+    assert yaml.safe_load(capsys.readouterr().out)["trainer"]["rounds"] == 2
+
+
+def test_test_subcommand_evaluates_the_checkpoint(digits_run):
+    _, logs = digits_run
+    newest = list(logs["test"].values())[-1]
+    (row,) = rows_at_step(newest, 2, "test/acc_mean")  # evaluated after the 2 rounds of the checkpoint
+    assert 0.0 <= value(row, "test/acc_mean") <= 1.0
+    assert math.isfinite(value(row, "test/loss_mean"))
+    assert value(row, "test/acc_worst") <= value(row, "test/acc_mean")
+    # the fit log is still there, unchanged
+    fit_rows = logs["fit"]["version_0"]
+    all_rows = [row for rows in logs["test"].values() for row in rows]
+    for fit_row in fit_rows:
+        matches = rows_at_step(all_rows, fit_row["step"], "val/acc_mean")
+        assert [value(r, "val/acc_mean") for r in matches] == [value(fit_row, "val/acc_mean")]
+
+
+def test_validate_subcommand_reproduces_the_last_round(digits_run):
+    _, logs = digits_run
+    last_round = logs["fit"]["version_0"][-1]
+    newest = list(logs["validate"].values())[-1]
+    (row,) = rows_at_step(newest, 2, "val/acc_mean")
+    # plain FedAvg evaluates deterministically: the restored federation scores what round 1 scored
+    assert value(row, "val/acc_mean") == pytest.approx(value(last_round, "val/acc_mean"), abs=1e-6)
+    assert value(row, "val/loss_mean") == pytest.approx(value(last_round, "val/loss_mean"), rel=1e-5)
+
+
+@pytest.mark.xfail(
+    reason="engine: test/validate with ckpt_path reopen the checkpoint's CSV logger version and rewrite it, so a"
+    " later `validate` drops the metrics an earlier `test` logged",
+    strict=True,
+)
+def test_later_commands_keep_earlier_test_metrics(digits_run):
+    _, logs = digits_run
+    all_rows = [row for rows in logs["validate"].values() for row in rows]
+    assert any(value(row, "test/acc_mean") is not None for row in all_rows)
+
+
+# ---------------------------------------------------------------------------------------------------- --print_config
+def test_print_config_prints_yaml_with_overrides(capsys, no_data):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "-c", FEDAVG, "--trainer.rounds", "7", "--print_config"])
+    assert exit_info.value.code in (0, None)
+    out = capsys.readouterr().out
+    assert "rounds:" in out
+    printed = yaml.safe_load(out)
+    assert printed["trainer"]["rounds"] == 7
+    assert printed["model"]["class_path"] == "fedhet.modules.FedAvg"
+
+
+# ---------------------------------------------------------------------------------------------------- real process
+def test_python_dash_m_fedhet_fit(tmp_path):
+    env = {**os.environ, "PYTHONWARNINGS": "ignore", "WANDB_MODE": "offline"}
+    run_dir = tmp_path / "run"
+    result = subprocess.run(
+        [sys.executable, "-m", "fedhet", "fit", "-c", FEDAVG, *tiny(run_dir, rounds=1)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    (rows,) = read_logs(run_dir).values()
+    assert len(rows) == 1
+    assert 0.0 <= value(rows[0], "val/acc_mean") <= 1.0
+    assert (run_dir / "checkpoints" / "last.ckpt").is_file()
+    assert yaml.safe_load((run_dir / "config.yaml").read_text())["trainer"]["rounds"] == 1
+    assert [p.name for p in tmp_path.iterdir()] == ["run"], "nothing may be written to the working directory"
+
+
+# ---------------------------------------------------------------------------------------------------- refusals
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        (["--trainer.roundz", "3"], "trainer.roundz"),
+        (["--trainer.rounds", "abc"], "trainer.rounds"),
+        (["--model.class_path", "fedhet.modules.NoSuchMethod"], "NoSuchMethod"),
+        (["--model", "fedhet.modules.NoSuchMethod"], "NoSuchMethod"),
+        (["--data.class_path", "fedhet.datamodules.NoSuchData"], "NoSuchData"),
+    ],
+    ids=["unknown-key", "wrong-type", "unknown-model-class-path", "unknown-model-name", "unknown-data-class-path"],
+)
+def test_parse_errors_exit_2_naming_the_key(extra, needle, tmp_path, capsys, no_data):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "-c", FEDAVG, *tiny(tmp_path), *extra])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "error:" in err
+    assert needle in err
+    assert not any(tmp_path.iterdir())
+
+
+def test_unknown_key_in_a_yaml_file_is_refused(tmp_path, capsys, no_data):
+    typo = tmp_path / "typo.yaml"
+    typo.write_text("trainer:\n  roundz: 3\n")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "-c", FEDAVG, "-c", str(typo), *tiny(tmp_path / "run")])
+    assert exit_info.value.code == 2
+    assert "roundz" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        (["--trainer.rounds", "0"], "'rounds' must be at least 1"),
+        (["--trainer.local_epochs", "0"], "'local_epochs' must be at least 1"),
+        (
+            [
+                "--trainer.sampler.class_path",
+                "fedhet.plugins.UniformSampler",
+                "--trainer.sampler.init_args.fraction",
+                "0",
+            ],
+            "'fraction' must be in",
+        ),
+    ],
+    ids=["rounds-0", "local-epochs-0", "sampler-fraction-0"],
+)
+def test_bad_values_are_refused_before_any_data_is_read(extra, needle, tmp_path, no_data):
+    with pytest.raises(ValueError, match=needle):
+        main(["fit", "-c", FEDAVG, *tiny(tmp_path), *extra])
+    assert not any(tmp_path.iterdir())
+
+
+def test_min_clients_above_the_federation_size_is_refused_at_fit_start(tmp_path):
+    extra = [
+        "--trainer.sampler.class_path",
+        "fedhet.plugins.UniformSampler",
+        "--trainer.sampler.init_args.min_clients",
+        "4",
+    ]
+    with pytest.raises(ValueError, match=r"'min_clients' is 4 but the federation has only 3 clients"):
+        main(["fit", "-c", FEDAVG, *tiny(tmp_path), *extra])
+    assert not (tmp_path / "checkpoints").exists(), "no round may run"
