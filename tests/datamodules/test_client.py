@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from fedhet.datamodules import ClientDataModule, TensorPairDataset, collate_batched
+from fedhet.datamodules import ClientDataModule, TensorBatchLoader, TensorPairDataset, collate_batched
 
 CLIENT = "site_a"
 NUM_CLASSES = 10
@@ -187,7 +187,7 @@ def test_image_shaped_features_keep_their_shape():
 def test_train_loader_batches_are_shuffled_by_the_global_rng():
     client = _client(batch_size=8)
     loader = client.train_dataloader()
-    assert loader.generator is None
+    assert isinstance(loader, TensorBatchLoader)
     sizes = [len(y) for _, y in loader]
     assert sizes == [8, 8, 4]
     torch.manual_seed(11)

@@ -9,14 +9,11 @@ from dataclasses import dataclass
 import torch
 from lightning.pytorch import LightningDataModule
 from torch import Tensor
-from torch.utils.data import DataLoader
 
 from fedhet.datamodules.spec import ClientSpec
-from fedhet.datamodules.tensor_dataset import TensorPairDataset, collate_batched
+from fedhet.datamodules.tensor_dataset import TensorBatchLoader, TensorPairDataset
 from fedhet.datamodules.validation import check_feature_blocks, check_features, check_labels, field_error
 from fedhet.functional.partition import split_indices
-
-PairLoader = DataLoader[tuple[Tensor, Tensor]]
 
 
 @dataclass(frozen=True)
@@ -155,25 +152,19 @@ class ClientDataModule(LightningDataModule):
         """The test split, possibly empty."""
         return self._setup_splits().test
 
-    def train_dataloader(self) -> PairLoader:
+    def train_dataloader(self) -> TensorBatchLoader:
         """Shuffled training batches of ``batch_size``; the last one may be smaller.
 
         The loader takes no ``torch.Generator``: each pass draws its order from the global torch RNG, so seeding that
         RNG (as the federation engine does per round and client) fixes the order.
         """
-        return DataLoader(
-            self._setup_splits().train,
-            batch_size=self.batch_size,
-            shuffle=True,
-            drop_last=False,
-            collate_fn=collate_batched,
-        )
+        return TensorBatchLoader(self._setup_splits().train, batch_size=self.batch_size, shuffle=True)
 
-    def val_dataloader(self) -> PairLoader | list[PairLoader]:
+    def val_dataloader(self) -> TensorBatchLoader | list[TensorBatchLoader]:
         """Validation batches of ``eval_batch_size`` in order, or ``[]`` (Lightning's "no loader") when empty."""
         return _eval_loader(self._setup_splits().val, self.eval_batch_size)
 
-    def test_dataloader(self) -> PairLoader | list[PairLoader]:
+    def test_dataloader(self) -> TensorBatchLoader | list[TensorBatchLoader]:
         """Test batches of ``eval_batch_size`` in order, or ``[]`` (Lightning's "no loader") when empty."""
         return _eval_loader(self._setup_splits().test, self.eval_batch_size)
 
@@ -234,11 +225,11 @@ class ClientDataModule(LightningDataModule):
         return train, val, test
 
 
-def _eval_loader(dataset: TensorPairDataset, batch_size: int) -> PairLoader | list[PairLoader]:
+def _eval_loader(dataset: TensorPairDataset, batch_size: int) -> TensorBatchLoader | list[TensorBatchLoader]:
     """Build an unshuffled loader over ``dataset``, or return ``[]`` when it is empty."""
     if len(dataset) == 0:
         return []
-    return DataLoader(dataset, batch_size=batch_size, shuffle=False, collate_fn=collate_batched)
+    return TensorBatchLoader(dataset, batch_size=batch_size, shuffle=False)
 
 
 def _check_scalars(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import torch
 from torch import Tensor
@@ -70,3 +70,45 @@ def collate_batched(batch: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor]:
 
     """
     return batch
+
+
+class TensorBatchLoader:
+    """Minibatches of a :class:`TensorPairDataset` by tensor indexing, without ``DataLoader`` machinery.
+
+    For data that already sits in memory as two tensors, a ``DataLoader`` spends more per batch on samplers, fetchers
+    and profiling hooks than a small model spends on its step; this iterable only draws one permutation per pass (from
+    the global torch RNG, so seeding it fixes the order) and slices. Any Lightning ``Trainer`` accepts it as a
+    dataloader.
+
+    Args:
+        dataset: the in-memory split.
+        batch_size: samples per batch; the last batch of a pass may be smaller.
+        shuffle: draw a new order for each pass.
+
+    Example:
+        >>> loader = TensorBatchLoader(TensorPairDataset(torch.zeros(5, 3), torch.arange(5)), batch_size=2)
+        >>> [y.tolist() for _, y in loader], len(loader)
+        ([[0, 1], [2, 3], [4]], 3)
+
+    """
+
+    def __init__(self, dataset: TensorPairDataset, batch_size: int, shuffle: bool = False) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+        self.dataset = dataset
+        self.batch_size = batch_size
+        self.shuffle = shuffle
+
+    def __len__(self) -> int:
+        return -(-len(self.dataset) // self.batch_size)
+
+    def __iter__(self) -> Iterator[tuple[Tensor, Tensor]]:
+        x, y, n = self.dataset.x, self.dataset.y, len(self.dataset)
+        if not self.shuffle:
+            for start in range(0, n, self.batch_size):
+                yield x[start : start + self.batch_size], y[start : start + self.batch_size]
+            return
+        order = torch.randperm(n).to(x.device)
+        for start in range(0, n, self.batch_size):
+            index = order[start : start + self.batch_size]
+            yield x.index_select(0, index), y.index_select(0, index)

@@ -96,9 +96,16 @@ class FederatedModule(LightningModule):
         return []
 
     def set_local_phase(self, phase: LocalPhase | None) -> None:
-        """Freeze every parameter that ``phase`` does not train; ``None`` makes all trainable again."""
+        """Freeze every parameter that ``phase`` does not train; ``None`` makes all trainable again.
+
+        The patterns last applied are remembered, so re-applying the same phase (every round) costs nothing.
+        """
+        trainable = ("*",) if phase is None else phase.trainable
+        if trainable == getattr(self, "_trainable_patterns", ("*",)):
+            return
         for name, param in self.named_parameters():
-            param.requires_grad_(phase is None or any(fnmatchcase(name, p) for p in phase.trainable))
+            param.requires_grad_(any(fnmatchcase(name, p) for p in trainable))
+        self._trainable_patterns = trainable
 
     def on_train_epoch_start(self) -> None:
         """Under a plain Trainer, cycle through the local phases one epoch each."""

@@ -54,7 +54,8 @@ def run_local_training(
     local_epochs: int,
     local_steps: int | None,
     optimizer_state: dict[str, Any] | None = None,
-) -> tuple[dict[str, float], dict[str, Any]]:
+    keep_optimizer_state: bool = False,
+) -> tuple[dict[str, float], dict[str, Any] | None]:
     """Train ``module`` on one client's ``loader`` through its phases, with its own ``training_step``.
 
     One optimizer from ``configure_optimizers()`` serves every phase; a phase freezes the parameters it does not
@@ -68,16 +69,19 @@ def run_local_training(
         local_epochs: epochs of a phase whose ``epochs`` is ``None``.
         local_steps: if set, optimizer steps of a phase whose ``steps`` is ``None`` (overrides epochs).
         optimizer_state: optimizer state from the client's previous round, for methods that keep it.
+        keep_optimizer_state: return the optimizer's state for the next round.
 
     Returns:
-        ``({"loss": mean training loss, "steps": optimizer steps}, optimizer state dict)``.
+        ``({"loss": mean training loss, "steps": optimizer steps}, optimizer state dict or None)``.
 
     """
     optimizer = configure_optimizer(module)
     if optimizer_state is not None:
         optimizer.load_state_dict(optimizer_state)
     fabric_optimizer = fabric.setup_optimizers(optimizer)
-    module.train()
+    if not module.training:
+        module.train()
+    move = fabric.device.type != "cpu"  # in-memory CPU batches need no per-step device dispatch on a CPU run
     loss_sum = torch.zeros((), device=fabric.device)
     num_steps = 0
     module.on_train_start()
@@ -86,7 +90,8 @@ def run_local_training(
         steps = phase.steps if phase.steps is not None else (local_steps if phase.epochs is None else None)
         epochs = phase.epochs if phase.epochs is not None else local_epochs
         for batch_idx, batch in enumerate(_batches(loader, epochs, steps)):
-            batch = fabric.to_device(batch)
+            if move:
+                batch = fabric.to_device(batch)
             with fabric.autocast():
                 output = module.training_step(batch, batch_idx)
             loss = output if isinstance(output, torch.Tensor) else output["loss"]
@@ -98,7 +103,7 @@ def run_local_training(
     module.set_local_phase(None)
     module.on_train_end()
     mean_loss = (loss_sum / max(num_steps, 1)).item()
-    return {"loss": mean_loss, "steps": float(num_steps)}, optimizer.state_dict()
+    return {"loss": mean_loss, "steps": float(num_steps)}, optimizer.state_dict() if keep_optimizer_state else None
 
 
 @torch.no_grad()

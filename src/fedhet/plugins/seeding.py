@@ -28,8 +28,21 @@ def derive_seed(seed: int, *keys: object) -> int:
 
 @contextmanager
 def seeded(seed: int, devices: list[torch.device] | None = None) -> Iterator[None]:
-    """Run a block with torch's global generators seeded, restoring their previous state afterwards."""
-    cuda_devices = [d for d in devices or [] if d.type == "cuda"]
-    with torch.random.fork_rng(devices=cuda_devices):
-        torch.manual_seed(seed)
+    """Run a block with torch's CPU generator (and those of the given CUDA devices) seeded, restoring them after.
+
+    Cheaper than ``torch.manual_seed`` inside ``torch.random.fork_rng``, which visits every accelerator backend; this
+    runs once per client and round.
+    """
+    cuda = [d for d in devices or [] if d.type == "cuda"]
+    cpu_state = torch.default_generator.get_state()
+    cuda_states = [torch.cuda.get_rng_state(d) for d in cuda]
+    torch.default_generator.manual_seed(seed)
+    for device in cuda:
+        with torch.cuda.device(device):
+            torch.cuda.manual_seed(seed)
+    try:
         yield
+    finally:
+        torch.default_generator.set_state(cpu_state)
+        for device, state in zip(cuda, cuda_states, strict=True):
+            torch.cuda.set_rng_state(state, device)

@@ -20,9 +20,15 @@ def to_cpu(tensors: Mapping[str, Tensor]) -> dict[str, Tensor]:
     return {name: t.detach().to("cpu", copy=True) for name, t in tensors.items()}
 
 
-def all_finite(tensors: Mapping[str, Tensor]) -> list[str]:
-    """Names of the floating tensors that hold a NaN or an infinity."""
-    return [name for name, t in tensors.items() if t.is_floating_point() and not bool(torch.isfinite(t).all())]
+def non_finite(*payloads: Mapping[str, Tensor]) -> list[str]:
+    """Names of the floating tensors that hold a NaN or an infinity (one synchronisation when all are finite)."""
+    floats = {name: t for payload in payloads for name, t in payload.items() if t.is_floating_point()}
+    if not floats:
+        return []
+    finite = torch.stack([torch.isfinite(t).all() for t in floats.values()])
+    if bool(finite.all()):
+        return []
+    return [name for name, ok in zip(floats, finite.tolist(), strict=True) if not ok]
 
 
 @dataclass

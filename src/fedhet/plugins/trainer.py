@@ -24,7 +24,7 @@ from fedhet.plugins.local_loop import evaluate_client, run_local_training
 from fedhet.plugins.protocols import FederatedModuleProtocol
 from fedhet.plugins.sampling import ClientSampler, FullParticipation
 from fedhet.plugins.seeding import derive_seed, seeded
-from fedhet.plugins.state import ClientState, ClientUpdate, ServerState, all_finite, num_bytes, to_cpu
+from fedhet.plugins.state import ClientState, ClientUpdate, ServerState, non_finite, num_bytes, to_cpu
 from fedhet.plugins.summaries import summarize_clients
 
 log = logging.getLogger(__name__)
@@ -328,8 +328,11 @@ class FederatedTrainer:
                 self.local_epochs,
                 self.local_steps,
                 previous.optimizer if keep_optimizer else None,
+                keep_optimizer,
             )
-        shared = module.shared_state_dict()
+        tensors = module.state_dict()
+        shared_names = self._shared_names[self._template.client_signature(self._specs[client_id])]
+        shared = {name: tensors.pop(name) for name in shared_names}
         update = ClientUpdate(
             client_id=client_id,
             num_samples=self._specs[client_id].num_train,
@@ -337,8 +340,8 @@ class FederatedTrainer:
             statistics=to_cpu(module.client_statistics()),
             metrics=metrics,
         )
-        personal = {k: v for k, v in module.state_dict().items() if k not in shared}
-        state = ClientState(to_cpu(personal), move_data_to_device(optimizer_state, "cpu") if keep_optimizer else None)
+        optimizer_state = move_data_to_device(optimizer_state, "cpu") if keep_optimizer else None
+        state = ClientState(to_cpu(tensors), optimizer_state)
         self._fabric.call(
             "on_client_fit_end", trainer=self, round_idx=round_idx, client_id=client_id, module=module, update=update
         )
@@ -359,7 +362,7 @@ class FederatedTrainer:
             except Exception as err:  # a failing client must not take the run down: it is left out and named
                 failures.append((cid, f"{type(err).__name__}: {err}"))
                 continue
-            bad = all_finite(update.shared) + all_finite(update.statistics)
+            bad = non_finite(update.shared, update.statistics)
             if bad or not math.isfinite(update.metrics["loss"]):
                 failures.append((cid, f"non-finite upload in {bad or ['loss']}"))
                 continue
