@@ -1,16 +1,32 @@
 """Federated data: one LightningDataModule per client, the federation that holds them, and bundled datasets."""
 
 from fedhet.datamodules.client import ClientDataModule
+from fedhet.datamodules.datasets import (
+    CovertypeFederation,
+    DigitsFamilyFederation,
+    HeartFederation,
+    MultipleFeaturesFederation,
+)
 from fedhet.datamodules.digits import DigitsFederation
 from fedhet.datamodules.federated import FederatedDataModule
+from fedhet.datamodules.partitioned import PartitionedFederation
 from fedhet.datamodules.spec import ClientSpec
-from fedhet.datamodules.tensor_dataset import TensorPairDataset, collate_batched
+from fedhet.datamodules.synthetic import LinearMappingToy, NoisyFeaturesToy
+from fedhet.datamodules.tensor_dataset import TensorBatchLoader, TensorPairDataset, collate_batched
 
 __all__ = [
     "ClientDataModule",
     "ClientSpec",
+    "CovertypeFederation",
+    "DigitsFamilyFederation",
     "DigitsFederation",
     "FederatedDataModule",
+    "HeartFederation",
+    "LinearMappingToy",
+    "MultipleFeaturesFederation",
+    "NoisyFeaturesToy",
+    "PartitionedFederation",
+    "TensorBatchLoader",
     "TensorPairDataset",
     "collate_batched",
 ]
