@@ -42,12 +42,30 @@ class FederatedCLI(LightningCLI):
     def add_core_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         """Add the FederatedTrainer's arguments (it is not a ``lightning.Trainer``), then model and data."""
         parser.add_class_arguments(FederatedTrainer, "trainer", instantiate=False, fail_untyped=False, sub_configs=True)
+        parser.set_defaults({f"trainer.{k}": v for k, v in self.trainer_defaults.items() if k != "callbacks"})
         parser.add_lightning_class_args(self._model_class, "model", subclass_mode=self.subclass_mode_model)
         parser.add_lightning_class_args(self._datamodule_class, "data", subclass_mode=self.subclass_mode_data)
 
+    def instantiate_classes(self) -> None:
+        """Build model, data and trainer; a value they refuse (``rounds: 0``...) ends like a parse error, exit 2."""
+        try:
+            super().instantiate_classes()
+        except ValueError as err:
+            self._parser(self.subcommand).error(str(err))
+
     def instantiate_trainer(self, **kwargs: Any) -> FederatedTrainer:  # type: ignore[override]
-        """Build the FederatedTrainer and hand it the resolved config to save and log."""
+        """Build the FederatedTrainer and hand it the resolved config to save and log.
+
+        As in LightningCLI, ``trainer_defaults`` (``callbacks`` among them, kept in every run) override the trainer's
+        defaults, and callbacks added to the parser with ``add_lightning_class_args`` join ``trainer.callbacks``.
+        """
         config = {**self._get(self.config_init, "trainer", default={}), **kwargs}
+        extra = [self._get(self.config_init, key) for key in self._parser(self.subcommand).callback_keys]
+        persistent = self.trainer_defaults.get("callbacks") or []
+        persistent = list(persistent) if isinstance(persistent, (list, tuple)) else [persistent]
+        if extra or persistent:
+            given = config.get("callbacks") or []
+            config["callbacks"] = [*(given if isinstance(given, (list, tuple)) else [given]), *extra, *persistent]
         trainer = FederatedTrainer(**config)
         dumped = self._parser(self.subcommand).dump(
             self.config.get(str(self.subcommand), self.config), skip_none=False, format="yaml"

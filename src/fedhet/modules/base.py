@@ -108,9 +108,13 @@ class FederatedModule(LightningModule):
         self._trainable_patterns = trainable
 
     def on_train_epoch_start(self) -> None:
-        """Under a plain Trainer, cycle through the local phases one epoch each."""
-        phases = self.local_phases()
-        self.set_local_phase(phases[self.current_epoch % len(phases)])
+        """Under a plain Trainer, cycle through the local phases, each for its ``epochs`` (one when unset)."""
+        schedule = [phase for phase in self.local_phases() for _ in range(phase.epochs or 1)]
+        self.set_local_phase(schedule[self.current_epoch % len(schedule)])
+
+    def on_train_end(self) -> None:
+        """Leave every parameter trainable once local training ends."""
+        self.set_local_phase(None)
 
     # ---------------------------------------------------------------- evaluation
     def evaluation_metrics(self, stage: str) -> MetricCollection:

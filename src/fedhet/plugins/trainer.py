@@ -534,7 +534,8 @@ class FederatedTrainer:
         return str(getattr(callback, "state_key", type(callback).__qualname__))
 
     def _log_run_config(self, model: LightningModule) -> None:
-        config = self.run_config or {"model": {"class_path": type(model).__qualname__, **dict(model.hparams)}}
+        class_path = f"{type(model).__module__}.{type(model).__qualname__}"
+        config = self.run_config or {"model": {"class_path": class_path, "init_args": dict(model.hparams)}}
         for logger in self._fabric.loggers:
             logger.log_hyperparams(config)
         if self._fabric.is_global_zero and self.run_config is not None:
