@@ -265,9 +265,8 @@ def test_bad_trainer_settings_are_refused(tmp_path):
 
 
 def _four_clients():
-    from tests.conftest import make_client
-
     from fedhet.datamodules import FederatedDataModule
+    from tests.conftest import make_client
 
     return FederatedDataModule([make_client(c, 20, i) for i, c in enumerate("abcd")])
 
