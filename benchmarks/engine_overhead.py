@@ -3,19 +3,22 @@
 What is compared:
     * **fedhet**: ``FederatedTrainer.fit(FedAvg(hidden_dims=[64], lr=0.05), federation)`` on CPU, with every optional
       feature that costs time switched off (no logger, no progress bar, no checkpoints, no per-client logging) and
-      ``eval_every`` larger than ``rounds``, so that clients are evaluated only after the last round.
+      ``eval_every`` larger than ``rounds``, so that clients are evaluated only after the last round. One small
+      callback reads the process CPU clock at each round's start and end and adds up the steps the clients report
+      (two no-op hook look-ups per client, well under a microsecond).
     * **reference**: the least work any FedAvg must do, written in plain PyTorch in the same process. For each round
       and each client: ``load_state_dict`` of the global weights into one ``nn.Module`` of the same architecture
       (flatten, ``Linear(32, 64)``, ReLU, ``Linear(64, 10)``, with the same parameter names), a new
       ``torch.optim.SGD`` with the same settings, one epoch of shuffled minibatches (``randperm`` and slicing) of the
-      same batch size, so exactly ``ceil(n_i / batch_size)`` steps as fedhet's ``DataLoader(drop_last=False)`` takes,
-      each a forward, cross-entropy, backward and step; then the client's weights are added, weighted by its number
-      of samples, into running sums that become the next global weights.
+      same batch size, so exactly the ``ceil(n_i / batch_size)`` steps fedhet's training loader gives (its last batch
+      may be smaller), each a forward, cross-entropy, backward and step; then the client's weights are added,
+      weighted by its number of samples, into running sums that become the next global weights.
 
     Both sides train on the very same tensors (the reference reads them back from the set-up datamodule). The
-    shuffled orders differ (fedhet seeds a ``DataLoader`` per client and round), which changes the numbers but not the
-    work. Before the timed runs the script checks, untimed, that both sides take the same number of optimizer steps
-    per round and that the two models have the same parameter names and shapes.
+    shuffled orders differ (fedhet seeds each client's order per round), which changes the numbers but not the
+    work. The script checks that the two networks have the same parameter names and shapes, and that every run of
+    either side takes the same number of optimizer steps per round; it raises otherwise, so a ratio never compares
+    different work.
 
 The data:
     Synthetic tabular clients: 32 standard-normal features, 10 classes, a uniformly drawn 50-100 training samples
@@ -27,21 +30,23 @@ How time is measured:
     (a ``perf_counter`` span around sampling, every client's load/train/upload, aggregation and the round's metrics);
     for the reference, a ``perf_counter`` span around the same work. Round 0 is left out on both sides (fedhet builds
     each client's initial state there, the reference warms up its allocations), and so is the last round (fedhet
-    evaluates every client there); rounds ``1 .. R-2`` count. Whole ``fit`` calls are not timed: they add one-off
+    evaluates there); rounds ``1 .. R-2`` count. Whole ``fit`` calls are not timed for the ratio: they add one-off
     costs (Fabric launch, the first-round client builds, the final evaluation) that do not scale with the number of
-    rounds; they are reported beside the ratio (``fit_s``, ``round0_s``, ``eval_round_s``) for information only.
+    rounds; round 0's time is shown beside the ratio, and the CSV also has the last round and the whole ``fit``.
 
-    The machine is noisy, so the two sides are interleaved: each repeat runs the reference and fedhet back to back,
-    alternating which goes first, after a ``gc.collect()``. A run's time is the median of its rounds; a repeat's
-    ratio is fedhet's run time over the reference's; the headline is the median of the repeats' ratios (the table
-    also gives their range). Absolute times depend on the machine; the ratio is the number to track (target
-    <= 1.10x). ``torch.set_num_threads(--threads)`` (default 1) keeps the numbers stable; nothing is asserted.
+    The machine may be noisy (other jobs), so the two sides are interleaved: each repeat runs the reference and
+    fedhet back to back, alternating which goes first, after a ``gc.collect()``. A run's time is the median of its
+    steady-state rounds; a repeat's ratio is fedhet's run time over the reference's; the headline is the median of
+    the repeats' ratios, with their range. The same ratio computed from process CPU time (``time.process_time``,
+    which other processes on the machine do not inflate) is given as a cross-check. Absolute times depend on the
+    machine; the ratio is the number to track (target <= 1.10x). ``torch.set_num_threads(--threads)`` (default 1)
+    keeps the numbers stable. Nothing is asserted. ``engine_overhead_profile.py`` breaks fedhet's time down by call.
 
 Usage:
     From the repository root::
 
         python benchmarks/engine_overhead.py                      # 10, 100 and 1,000 clients
-        python benchmarks/engine_overhead.py --with-10k           # also 10,000 clients (long: about 15 minutes)
+        python benchmarks/engine_overhead.py --with-10k           # also 10,000 clients (long: about half an hour)
         python benchmarks/engine_overhead.py --clients 100 --rounds 20 --repeats 5 --threads 1
 
     Results go to ``benchmarks/results/engine_overhead.csv`` and ``.md``. To profile one side only, e.g. with py-spy::
@@ -62,6 +67,7 @@ import subprocess
 import sys
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -118,14 +124,31 @@ class ReferenceNet(nn.Module):
         return self.head(self.body(x))
 
 
-def run_reference(clients: list[tuple[Tensor, Tensor]], rounds: int, seed: int) -> tuple[list[float], int]:
-    """Bare FedAvg over ``clients`` for ``rounds`` rounds: each round's seconds, and the optimizer steps per round."""
+@dataclass
+class Run:
+    """One run of either side: each round's wall-clock and process-CPU seconds, and the steps of its last round."""
+
+    wall_s: list[float] = field(default_factory=list)
+    cpu_s: list[float] = field(default_factory=list)
+    steps: int = 0
+    fit_s: float = float("nan")  # fedhet: the whole fit call
+
+
+def run_reference(
+    clients: list[tuple[Tensor, Tensor]], rounds: int, seed: int, round_hook: Callable[[int], None] | None = None
+) -> Run:
+    """Bare FedAvg over ``clients`` for ``rounds`` rounds.
+
+    ``round_hook(round_idx)``, if given, is called before each round, outside the timed span (for profiling).
+    """
     torch.manual_seed(seed)
     model = ReferenceNet()
     global_state = {name: value.detach().clone() for name, value in model.state_dict().items()}
-    seconds, steps = [], 0
-    for _ in range(rounds):
-        start = time.perf_counter()
+    run = Run()
+    for round_idx in range(rounds):
+        if round_hook is not None:
+            round_hook(round_idx)
+        start, start_cpu = time.perf_counter(), time.process_time()
         sums = {name: torch.zeros_like(value) for name, value in global_state.items()}
         total, steps = 0, 0
         for x, y in clients:
@@ -144,8 +167,10 @@ def run_reference(clients: list[tuple[Tensor, Tensor]], rounds: int, seed: int) 
                 sums[name].add_(value, alpha=n)
             total += n
         global_state = {name: value / total for name, value in sums.items()}
-        seconds.append(time.perf_counter() - start)
-    return seconds, steps
+        run.cpu_s.append(time.process_time() - start_cpu)
+        run.wall_s.append(time.perf_counter() - start)
+        run.steps = steps
+    return run
 
 
 # ------------------------------------------------------------------------------------------------------- fedhet side
@@ -171,38 +196,38 @@ def make_model():
     return FedAvg(hidden_dims=[HIDDEN], lr=LR)
 
 
-@dataclass
-class FedhetRun:
-    """One fedhet ``fit``: per-round seconds from the engine's history and the whole call's seconds."""
-
-    rounds_s: list[float]
-    fit_s: float
-
-
-def run_fedhet(federation, rounds: int) -> FedhetRun:
-    trainer = make_trainer(rounds)
-    model = make_model()
-    start = time.perf_counter()
-    trainer.fit(model, federation)
-    fit_s = time.perf_counter() - start
-    return FedhetRun([h["time/round_s"] for h in trainer.history], fit_s)
-
-
-class _StepCounter:
-    """A federation callback adding up the optimizer steps the clients report."""
+class _RoundClock:
+    """A federation callback taking each round's process CPU time and counting the steps the clients report."""
 
     def __init__(self) -> None:
+        self.cpu_s: list[float] = []
         self.steps: list[float] = []
+        self._start = 0.0
 
     def on_round_start(self) -> None:
         self.steps.append(0.0)
+        self._start = time.process_time()
 
     def on_client_fit_end(self, update) -> None:
         self.steps[-1] += update.metrics["steps"]
 
+    def on_round_end(self) -> None:
+        self.cpu_s.append(time.process_time() - self._start)
 
-def check_same_work(federation, clients: list[tuple[Tensor, Tensor]]) -> tuple[int, int]:
-    """Untimed: the optimizer steps per round of each side, after checking that the networks match."""
+
+def run_fedhet(federation, rounds: int) -> Run:
+    """One ``fit``: wall seconds per round from the engine's history, CPU seconds from a callback."""
+    clock = _RoundClock()
+    trainer = make_trainer(rounds, callbacks=[clock])
+    model = make_model()
+    start = time.perf_counter()
+    trainer.fit(model, federation)
+    fit_s = time.perf_counter() - start
+    return Run([h["time/round_s"] for h in trainer.history], clock.cpu_s, int(clock.steps[-1]), fit_s)
+
+
+def check_same_model(federation) -> None:
+    """Untimed: raise if the reference network's parameter names or shapes differ from fedhet's FedAvg."""
     fedhet_model = make_model()
     fedhet_model.setup_client(next(iter(federation.specs.values())))
     fedhet_model.configure_model()
@@ -210,84 +235,79 @@ def check_same_work(federation, clients: list[tuple[Tensor, Tensor]]) -> tuple[i
     theirs = {k: tuple(v.shape) for k, v in fedhet_model.shared_state_dict().items()}
     if mine != theirs:
         raise RuntimeError(f"the reference network {mine} differs from fedhet's {theirs}; fix ReferenceNet")
-    counter = _StepCounter()
-    make_trainer(2, callbacks=[counter]).fit(make_model(), federation)
-    _, reference_steps = run_reference(clients, 1, seed=0)
-    return int(counter.steps[-1]), reference_steps
 
 
 # ------------------------------------------------------------------------------------------------------ the harness
 @dataclass
 class Result:
-    """The measurements for one number of clients."""
+    """The runs for one number of clients, and their summary."""
 
     clients: int
     rounds: int
-    steps_per_round: int
-    reference_s: list[float] = field(default_factory=list)  # per repeat: median steady-state round
-    fedhet_s: list[float] = field(default_factory=list)
-    fedhet_round0_s: list[float] = field(default_factory=list)
-    fedhet_eval_round_s: list[float] = field(default_factory=list)
-    fedhet_fit_s: list[float] = field(default_factory=list)
+    reference: list[Run] = field(default_factory=list)
+    fedhet: list[Run] = field(default_factory=list)
 
-    @property
-    def ratios(self) -> list[float]:
+    def steady(self, runs: list[Run], clock: str = "wall") -> list[float]:
+        """Per run: the median of its steady-state rounds ``1 .. R-2``."""
+        return [statistics.median(getattr(run, f"{clock}_s")[1 : self.rounds - 1]) for run in runs]
+
+    def ratios(self, clock: str = "wall") -> list[float]:
         """Per repeat: the fedhet time over the reference time."""
-        return [f / r for f, r in zip(self.fedhet_s, self.reference_s, strict=True)]
+        pairs = zip(self.steady(self.fedhet, clock), self.steady(self.reference, clock), strict=True)
+        return [fedhet / reference for fedhet, reference in pairs]
 
     def row(self) -> dict[str, float | int | str]:
         """The summary row written to the table, CSV and Markdown."""
-        ratios = self.ratios
-        ref, fed = statistics.median(self.reference_s), statistics.median(self.fedhet_s)
+        ratios, cpu_ratios = self.ratios(), self.ratios("cpu")
+        ref, fed = statistics.median(self.steady(self.reference)), statistics.median(self.steady(self.fedhet))
         return {
             "clients": self.clients,
             "rounds": self.rounds,
             "timed_rounds": self.rounds - 2,
             "repeats": len(ratios),
-            "steps_per_round": self.steps_per_round,
+            "steps_per_round": self.reference[0].steps,
             "ratio": round(statistics.median(ratios), 3),
             "ratio_min": round(min(ratios), 3),
             "ratio_max": round(max(ratios), 3),
+            "cpu_ratio": round(statistics.median(cpu_ratios), 3),
             "reference_round_s": round(ref, 5),
             "fedhet_round_s": round(fed, 5),
             "overhead_us_per_client": round((fed - ref) / self.clients * 1e6, 1),
-            "fedhet_round0_s": round(statistics.median(self.fedhet_round0_s), 4),
-            "fedhet_eval_round_s": round(statistics.median(self.fedhet_eval_round_s), 4),
-            "fedhet_fit_s": round(statistics.median(self.fedhet_fit_s), 3),
+            "fedhet_round0_s": round(statistics.median(run.wall_s[0] for run in self.fedhet), 4),
+            "fedhet_last_round_s": round(statistics.median(run.wall_s[-1] for run in self.fedhet), 4),
+            "fedhet_fit_s": round(statistics.median(run.fit_s for run in self.fedhet), 3),
         }
 
 
 def default_rounds(num_clients: int) -> int:
     """Enough steady-state rounds to average over, within a few minutes for the default client counts."""
-    return max(4, min(30, 1500 // num_clients))
+    return max(4 if num_clients > 1000 else 5, min(30, 1500 // num_clients))
 
 
 def measure(num_clients: int, rounds: int, repeats: int, only: str | None, seed: int) -> Result:
+    """Interleaved runs of both sides (or of ``only`` one) on one federation."""
     federation, clients = make_federation(make_client_tensors(num_clients, seed))
-    fedhet_steps, reference_steps = check_same_work(federation, clients) if only is None else (0, 0)
-    if fedhet_steps != reference_steps:
-        raise RuntimeError(
-            f"{num_clients} clients: fedhet takes {fedhet_steps} steps a round, the reference {reference_steps}"
-        )
-    result = Result(num_clients, rounds, reference_steps)
-    timed = slice(1, rounds - 1)
+    check_same_model(federation)
+    result = Result(num_clients, rounds)
     for repeat in range(repeats):
-        sides = ("reference", "fedhet") if repeat % 2 == 0 else ("fedhet", "reference")
-        for side in sides:
+        for side in ("reference", "fedhet") if repeat % 2 == 0 else ("fedhet", "reference"):
             if only is not None and side != only:
                 continue
             gc.collect()
             if side == "reference":
-                seconds, _ = run_reference(clients, rounds, seed=repeat)
-                result.reference_s.append(statistics.median(seconds[timed]))
+                result.reference.append(run_reference(clients, rounds, seed=repeat))
             else:
-                run = run_fedhet(federation, rounds)
-                result.fedhet_s.append(statistics.median(run.rounds_s[timed]))
-                result.fedhet_round0_s.append(run.rounds_s[0])
-                result.fedhet_eval_round_s.append(run.rounds_s[-1])
-                result.fedhet_fit_s.append(run.fit_s)
-        done = [f"{s}={t[-1] * 1e3:.1f} ms" for s, t in (("ref", result.reference_s), ("fedhet", result.fedhet_s)) if t]
-        print(f"  {num_clients} clients, repeat {repeat + 1}/{repeats}: {', '.join(done)}", flush=True)
+                result.fedhet.append(run_fedhet(federation, rounds))
+        steps = {run.steps for run in result.reference + result.fedhet}
+        if len(steps) > 1:
+            raise RuntimeError(f"{num_clients} clients: the two sides took different numbers of steps: {steps}")
+        done = [
+            f"{side} {statistics.median(run.wall_s[1 : rounds - 1]) * 1e3:.1f} ms/round"
+            for side, runs in (("reference", result.reference), ("fedhet", result.fedhet))
+            if runs
+            for run in runs[-1:]
+        ]
+        print(f"  repeat {repeat + 1}/{repeats}: {', '.join(done)}", flush=True)
     return result
 
 
@@ -320,11 +340,11 @@ COLUMNS = {
     "steps_per_round": "steps/round",
     "ratio": "ratio",
     "range": "ratio range",
+    "cpu_ratio": "CPU-time ratio",
     "reference_round_s": "reference ms/round",
     "fedhet_round_s": "fedhet ms/round",
     "overhead_us_per_client": "overhead µs/client",
     "fedhet_round0_s": "fedhet round 0 ms",
-    "fedhet_eval_round_s": "fedhet last round ms",
 }
 
 
@@ -334,7 +354,8 @@ def display(row: dict[str, float | int | str]) -> dict[str, str]:
     cells["rounds"] = f"{row['rounds']} ({row['timed_rounds']})"
     cells["ratio"] = f"{row['ratio']:.2f}x"
     cells["range"] = f"{row['ratio_min']:.2f}-{row['ratio_max']:.2f}x"
-    for key in ("reference_round_s", "fedhet_round_s", "fedhet_round0_s", "fedhet_eval_round_s"):
+    cells["cpu_ratio"] = f"{row['cpu_ratio']:.2f}x"
+    for key in ("reference_round_s", "fedhet_round_s", "fedhet_round0_s"):
         cells[key] = f"{float(row[key]) * 1e3:.1f}"
     cells["overhead_us_per_client"] = f"{float(row['overhead_us_per_client']):.0f}"
     return cells
@@ -381,7 +402,7 @@ def print_table(rows: list[dict]) -> None:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--clients", type=int, nargs="+", default=[10, 100, 1000], help="numbers of clients")
-    parser.add_argument("--with-10k", action="store_true", help="also run 10,000 clients (about 15 minutes)")
+    parser.add_argument("--with-10k", action="store_true", help="also run 10,000 clients (about half an hour)")
     parser.add_argument("--rounds", type=int, default=None, help="rounds per fit, >= 3 (default: by client count)")
     parser.add_argument("--repeats", type=int, default=3, help="interleaved repeats per client count")
     parser.add_argument("--threads", type=int, default=1, help="torch.set_num_threads")

@@ -177,8 +177,8 @@ def test_wandb_logger_gets_every_round(offline_wandb, tmp_path, tiny_federation)
     assert len(rows) == 2
     check_rounds(rows, trainer.history)
     logged = config(records)
-    assert logged["model"]["hidden_dims"] == [8]
-    assert logged["model"]["finetune_epochs"] == 0
+    assert logged["model"]["init_args"]["hidden_dims"] == [8]
+    assert logged["model"]["init_args"]["finetune_epochs"] == 0
     assert not (tmp_path / "run" / "logs").exists(), "an explicit logger replaces the default CSV logger"
 
 
