@@ -33,8 +33,10 @@ def _weighted_mean_update(
                 " another: clients that share a parameter by name must give it the same shape"
             )
         if value.is_floating_point():
-            term = value.to(torch.float64) * weight
-            sums[name] = sums[name] + term if name in sums else term
+            if name in sums:
+                sums[name].add_(value.to(torch.float64), alpha=weight)
+            else:
+                sums[name] = value.to(torch.float64) * weight
             totals[name] = totals.get(name, 0.0) + weight
         else:
             sums[name] = torch.maximum(sums[name], value) if name in sums else value.clone()

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
+from contextlib import nullcontext
 from typing import Any
 
 import torch
 from lightning.fabric import Fabric
+from lightning.fabric.plugins import Precision
 from lightning.pytorch import LightningModule
 from torch.optim import Optimizer
 
@@ -78,7 +80,11 @@ def run_local_training(
     optimizer = configure_optimizer(module)
     if optimizer_state is not None:
         optimizer.load_state_dict(optimizer_state)
-    fabric_optimizer = fabric.setup_optimizers(optimizer)
+    # full precision needs none of Fabric's loss scaling or autocast: skip their per-step dispatch
+    plain = type(fabric.strategy.precision) is Precision
+    step_optimizer = optimizer if plain else fabric.setup_optimizers(optimizer)
+    autocast = nullcontext if plain else fabric.autocast
+    backward = torch.Tensor.backward if plain else fabric.backward
     if not module.training:
         module.train()
     move = fabric.device.type != "cpu"  # in-memory CPU batches need no per-step device dispatch on a CPU run
@@ -92,12 +98,12 @@ def run_local_training(
         for batch_idx, batch in enumerate(_batches(loader, epochs, steps)):
             if move:
                 batch = fabric.to_device(batch)
-            with fabric.autocast():
+            with autocast():
                 output = module.training_step(batch, batch_idx)
             loss = output if isinstance(output, torch.Tensor) else output["loss"]
-            fabric.backward(loss)
-            fabric_optimizer.step()
-            fabric_optimizer.zero_grad(set_to_none=True)
+            backward(loss)
+            step_optimizer.step()
+            step_optimizer.zero_grad(set_to_none=True)
             loss_sum += loss.detach()
             num_steps += 1
     module.set_local_phase(None)

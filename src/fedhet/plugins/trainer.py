@@ -24,6 +24,7 @@ from fedhet.plugins.local_loop import evaluate_client, run_local_training
 from fedhet.plugins.protocols import FederatedModuleProtocol
 from fedhet.plugins.sampling import ClientSampler, FullParticipation
 from fedhet.plugins.seeding import derive_seed, seeded
+from fedhet.plugins.slots import ModuleSlot
 from fedhet.plugins.state import ClientState, ClientUpdate, ServerState, non_finite, num_bytes, to_cpu
 from fedhet.plugins.summaries import summarize_clients
 
@@ -255,9 +256,9 @@ class FederatedTrainer:
         self._client_ids = list(datamodule.client_ids)
         self._index = {cid: i for i, cid in enumerate(self._client_ids)}
         self._specs = datamodule.specs
+        self._signatures = {cid: model.client_signature(spec) for cid, spec in self._specs.items()}
         self.sampler.validate(len(self._client_ids))
-        self._modules: dict[Hashable, LightningModule] = {}
-        self._shared_names: dict[Hashable, list[str]] = {}
+        self._slots: dict[Hashable, ModuleSlot] = {}
         self._aggregator = self.aggregator or getattr(model, "configure_aggregator", WeightedMean)()
         if not self._has_state:
             self._init_server()
@@ -275,11 +276,10 @@ class FederatedTrainer:
         shared: dict[str, Any] = {}
         seen: set[Hashable] = set()
         for cid in self._client_ids:
-            signature = self._template.client_signature(self._specs[cid])
-            if signature in seen:
+            if self._signatures[cid] in seen:
                 continue
-            seen.add(signature)
-            for name, value in self._build(cid, derive_seed(self.seed, "server")).shared_state_dict().items():
+            seen.add(self._signatures[cid])
+            for name, value in self._slot(cid).module.shared_state_dict().items():
                 if name in shared and shared[name].shape != value.shape:
                     raise ValueError(
                         f"client '{cid}': shared parameter '{name}' has shape {tuple(value.shape)}, but other clients"
@@ -295,27 +295,32 @@ class FederatedTrainer:
         return owner_rank(self._index[client_id], self._fabric.world_size) == self._fabric.global_rank
 
     # ------------------------------------------------------------------ one client
-    def _load_client(self, client_id: str) -> tuple[LightningModule, int]:
-        """The module of ``client_id`` with its personal state and the server's payload loaded; bytes sent down."""
-        spec = self._specs[client_id]
-        signature = self._template.client_signature(spec)
-        module = self._modules.get(signature)
-        if module is None:
-            module = self._modules[signature] = self._build(client_id, derive_seed(self.seed, "server"))
-            self._shared_names[signature] = list(module.shared_state_dict())
-        module.setup_client(spec)
-        if client_id not in self._store:
-            fresh = self._build(client_id, derive_seed(self.seed, "init", client_id))
-            shared = set(self._shared_names[signature])
-            personal = {k: v for k, v in fresh.state_dict().items() if k not in shared}
+    def _slot(self, client_id: str) -> ModuleSlot:
+        """The module that serves every client with ``client_id``'s architecture (built on first use)."""
+        signature = self._signatures[client_id]
+        slot = self._slots.get(signature)
+        if slot is None:
+            slot = self._slots[signature] = ModuleSlot(self._build(client_id, derive_seed(self.seed, "server")))
+        return slot
+
+    def _load_client(self, client_id: str) -> tuple[ModuleSlot, int]:
+        """The slot of ``client_id`` with its personal state and the server's payload loaded; bytes sent down."""
+        slot = self._slot(client_id)
+        slot.module.setup_client(self._specs[client_id])
+        if client_id not in self._store:  # first appearance: personal layers initialised from (seed, client)
+            fresh = self._build(client_id, derive_seed(self.seed, "init", client_id)) if slot.personal else None
+            personal = {name: fresh.state_dict()[name] for name in slot.personal} if fresh is not None else {}
             self._store[client_id] = ClientState(to_cpu(personal))
-        payload = self.server_state.payload_for(client_id, self._shared_names[signature])
-        module.load_state_dict({**self._store[client_id].personal, **payload}, strict=True)
-        module.receive_statistics(move_data_to_device(self.server_state.statistics, self._fabric.device))
-        return module, num_bytes(payload) + num_bytes(self.server_state.statistics)
+        payload = self.server_state.payload_for(client_id, slot.shared)
+        slot.load(self._store[client_id].personal, payload)
+        statistics = self.server_state.statistics
+        if statistics:
+            slot.module.receive_statistics(move_data_to_device(statistics, self._fabric.device))
+        return slot, num_bytes(payload) + num_bytes(statistics)
 
     def _fit_client(self, client_id: str, round_idx: int) -> tuple[ClientUpdate, ClientState, int]:
-        module, bytes_down = self._load_client(client_id)
+        slot, bytes_down = self._load_client(client_id)
+        module = slot.module
         self._fabric.call("on_client_fit_start", trainer=self, round_idx=round_idx, client_id=client_id, module=module)
         previous = self._store[client_id]
         keep_optimizer = bool(getattr(module, "keep_optimizer_state", False))
@@ -331,8 +336,8 @@ class FederatedTrainer:
                 keep_optimizer,
             )
         tensors = module.state_dict()
-        shared_names = self._shared_names[self._template.client_signature(self._specs[client_id])]
-        shared = {name: tensors.pop(name) for name in shared_names}
+        slot.refresh(tensors)
+        shared = {name: tensors.pop(name) for name in slot.shared}
         update = ClientUpdate(
             client_id=client_id,
             num_samples=self._specs[client_id].num_train,
@@ -361,6 +366,7 @@ class FederatedTrainer:
                 update, state, down = self._fit_client(cid, round_idx)
             except Exception as err:  # a failing client must not take the run down: it is left out and named
                 failures.append((cid, f"{type(err).__name__}: {err}"))
+                self._slot(cid).refresh()
                 continue
             bad = non_finite(update.shared, update.statistics)
             if bad or not math.isfinite(update.metrics["loss"]):
@@ -428,13 +434,15 @@ class FederatedTrainer:
             loader = client.val_dataloader() if stage == "val" else client.test_dataloader()
             if not loader:
                 continue
-            module, _ = self._load_client(cid)
+            slot, _ = self._load_client(cid)
+            module = slot.module
             adaptation = module.adaptation_phases()
             if adaptation:  # e.g. FedAvg-FT: fine-tune a copy; the next load restores the client's real state
                 with seeded(derive_seed(self.seed, "adapt", round_idx, cid), [self._fabric.device]):
                     run_local_training(
                         self._fabric, module, client.train_dataloader(), adaptation, self.local_epochs, self.local_steps
                     )
+                slot.refresh()
             values = evaluate_client(self._fabric, module, loader, stage)
             directions = {name: bool(m.higher_is_better) for name, m in module.evaluation_metrics(stage).items()}
             results.append((cid, values, len(loader.dataset), directions))
