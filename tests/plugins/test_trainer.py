@@ -4,10 +4,12 @@ import pytest
 import torch
 
 from fedhet.callbacks import FederatedCallback
+from fedhet.datamodules import FederatedDataModule
 from fedhet.functional import weighted_mean
 from fedhet.modules import FedAvg, FedRep, LocalOnly
 from fedhet.plugins import FederatedTrainer, UniformSampler
 from fedhet.plugins.checkpoint import load_checkpoint
+from tests.conftest import make_client
 
 
 def make_trainer(tmp_path, **kwargs):
@@ -265,9 +267,6 @@ def test_bad_trainer_settings_are_refused(tmp_path):
 
 
 def _four_clients():
-    from fedhet.datamodules import FederatedDataModule
-    from tests.conftest import make_client
-
     return FederatedDataModule([make_client(c, 20, i) for i, c in enumerate("abcd")])
 
 
@@ -306,3 +305,11 @@ def test_mixed_precision_on_cpu(tmp_path, tiny_federation):
     trainer = make_trainer(tmp_path, precision="bf16-mixed")
     trainer.fit(FedAvg(hidden_dims=[8]), tiny_federation)
     assert math.isfinite(trainer.history[-1]["val/acc_mean"])
+
+
+def test_shared_parameters_must_agree_in_shape_across_clients(tmp_path):
+    data = FederatedDataModule([make_client("a", 20, 0, dim=6), make_client("b", 20, 1, dim=5)])
+    with pytest.raises(ValueError, match=r"client 'b': shared parameter 'body\.1\.weight'"):
+        make_trainer(tmp_path).fit(FedAvg(hidden_dims=[8]), data)
+    # a method that shares nothing runs on the same clients
+    make_trainer(tmp_path / "local", rounds=1).fit(LocalOnly(hidden_dims=[8]), data)
