@@ -6,19 +6,17 @@ monkeypatching them for the duration of the run (``src/`` is not touched), then 
 once each. Times are inclusive (a call's time includes the wrapped calls it makes; a function re-entered while
 already being timed, such as a nested ``Module.__call__``, is counted once, at its outermost call) and are
 reported in microseconds per client per round, over the steady-state rounds ``1 .. R-2`` only, like the benchmark.
-The primitives both sides share (``load_state_dict``, ``SGD.__init__``, ``Module.__call__``, ``cross_entropy``,
-``Tensor.backward``, ``SGD.step``, ``zero_grad``, ``state_dict``) are timed on the reference too, so the two
-columns can be compared row by row. Each timer adds well under a microsecond per call (the calibration is printed);
-nothing is asserted.
-
-``--apply`` patches in candidate fixes from ``engine_overhead_fixes.py`` on the fedhet side, to measure what they
-would save before they are written in ``src/``.
+The primitives both sides share (``Module.load_state_dict``, ``SGD.__init__``, ``Module.__call__``,
+``cross_entropy``, ``Tensor.backward``, ``SGD.step``, ``zero_grad``, ``Module.state_dict``, ``Tensor.copy_``,
+``Tensor.to``, ``randperm``, ``index_select``) are timed on the reference too, so the two columns can be compared
+row by row. A generator (the local loop's batches) is timed per ``next``. ``(self)`` rows give a call's time less
+that of the timed calls listed under it (its own Python, plus whatever is not wrapped). The cost of one timer is
+calibrated, printed and taken off the calls around it; nothing is asserted.
 
 Usage:
     From the repository root::
 
-        python benchmarks/engine_overhead_profile.py --clients 1000 --rounds 4
-        python benchmarks/engine_overhead_profile.py --clients 1000 --rounds 4 --apply all
+        python benchmarks/engine_overhead_profile.py --clients 1000 --rounds 4 --repeats 3
 """
 
 from __future__ import annotations
@@ -40,7 +38,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from engine_overhead import RESULTS_DIR, make_client_tensors, make_federation, make_model, make_trainer, run_reference
-from engine_overhead_fixes import FIXES, applied
 
 
 class Timers:
@@ -69,26 +66,31 @@ class Timers:
 TIMERS = Timers()
 
 
+def call_timed(label: str, fn: Callable, *args: Any, **kwargs: Any) -> Any:
+    """``fn(*args, **kwargs)``, timed under ``label`` while the timers are enabled and ``label`` is not open."""
+    if not TIMERS.enabled or TIMERS.active[label]:
+        return fn(*args, **kwargs)
+    TIMERS.active[label] += 1
+    TIMERS.nested.append(0)
+    start = TIMERS.clock()
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        elapsed = TIMERS.clock() - start
+        nested = TIMERS.nested.pop()
+        TIMERS.seconds[label] += elapsed - nested * TIMERS.cost
+        TIMERS.calls[label] += 1
+        TIMERS.active[label] -= 1
+        if TIMERS.nested:
+            TIMERS.nested[-1] += nested + 1
+
+
 def timed(fn: Callable, label: str) -> Callable:
     """``fn`` with its calls timed under ``label`` while the timers are enabled."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        if not TIMERS.enabled or TIMERS.active[label]:
-            return fn(*args, **kwargs)
-        TIMERS.active[label] += 1
-        TIMERS.nested.append(0)
-        start = TIMERS.clock()
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            elapsed = TIMERS.clock() - start
-            nested = TIMERS.nested.pop()
-            TIMERS.seconds[label] += elapsed - nested * TIMERS.cost
-            TIMERS.calls[label] += 1
-            TIMERS.active[label] -= 1
-            if TIMERS.nested:
-                TIMERS.nested[-1] += nested + 1
+        return call_timed(label, fn, *args, **kwargs)
 
     return wrapper
 
@@ -98,14 +100,13 @@ class _TimedContext:
 
     def __init__(self, context: Any, label: str) -> None:
         self.context = context
-        self.enter = timed(context.__enter__, f"{label} __enter__")
-        self.exit = timed(context.__exit__, f"{label} __exit__")
+        self.label = label
 
     def __enter__(self) -> Any:
-        return self.enter()
+        return call_timed(f"{self.label} __enter__", self.context.__enter__)
 
     def __exit__(self, *exc: object) -> Any:
-        return self.exit(*exc)
+        return call_timed(f"{self.label} __exit__", self.context.__exit__, *exc)
 
 
 def timed_context(factory: Callable, label: str) -> Callable:
@@ -119,103 +120,177 @@ def timed_context(factory: Callable, label: str) -> Callable:
     return wrapper
 
 
-@contextlib.contextmanager
-def patched(targets: list[tuple[Any, str, str, bool]]) -> Any:
-    """Wrap ``owner.name`` with a timer (or a context timer) labelled ``label`` for each target, then restore.
+def timed_iter(factory: Callable, label: str) -> Callable:
+    """``factory`` (which returns an iterable, e.g. a generator function) with each ``next`` of its iterator timed.
 
-    Only attributes that ``owner`` defines itself are wrapped; missing ones are skipped.
+    The items (one call each) and the final ``StopIteration`` (one more call) are timed; the consumer's work between
+    items is not.
+    """
+
+    @functools.wraps(factory)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        step = iter(factory(*args, **kwargs)).__next__
+        while True:
+            try:
+                item = call_timed(label, step)
+            except StopIteration:
+                return
+            yield item
+
+    return wrapper
+
+
+WRAPPERS = {"call": timed, "context": timed_context, "iter": timed_iter}
+Target = tuple[Any, str, str, str]  # (owner, attribute, label, kind: a key of WRAPPERS)
+
+
+@contextlib.contextmanager
+def patched(targets: list[Target]) -> Any:
+    """Wrap ``owner.name`` with a timer of ``kind`` labelled ``label`` for each target, then restore.
+
+    An attribute that ``owner`` inherits (e.g. ``Tensor.copy_`` from ``torch._C.TensorBase``) is wrapped on ``owner``
+    itself and deleted again afterwards. A missing attribute is an error: the engine changed and the profile must
+    follow.
     """
     saved = []
     try:
-        for owner, name, label, is_context in targets:
-            if owner is None or name not in vars(owner):
-                continue  # not in this version of the code
-            original = vars(owner)[name]
-            saved.append((owner, name, original))
-            setattr(owner, name, (timed_context if is_context else timed)(getattr(owner, name), label))
+        for owner, name, label, kind in targets:
+            if not hasattr(owner, name):
+                raise AttributeError(f"{owner!r} has no attribute {name!r}: update the profile's targets")
+            own = name in vars(owner)
+            saved.append((owner, name, vars(owner)[name] if own else None, own))
+            setattr(owner, name, WRAPPERS[kind](getattr(owner, name), label))
         yield
     finally:
-        for owner, name, original in reversed(saved):
-            setattr(owner, name, original)
+        for owner, name, original, own in reversed(saved):
+            if own:
+                setattr(owner, name, original)
+            else:
+                delattr(owner, name)
 
 
-def fedhet_targets() -> list[tuple[Any, str, str, bool]]:
-    """What to time on the fedhet side: (owner, attribute, label, is a context manager).
+# labels of the calls timed inside a parent; the report adds a "(self)" row: the parent less these
+FIT_CLIENT = "_fit_client"
+LOCAL = "_fit_client > run_local_training"
+CHILDREN: dict[str, list[str]] = {
+    FIT_CLIENT: [
+        "_fit_client > _load_client",
+        "_fit_client > derive_seed",
+        "_fit_client > seeded (make)",
+        "_fit_client > seeded __enter__",
+        "_fit_client > seeded __exit__",
+        "_fit_client > datamodule.client(id)",
+        "_fit_client > train_dataloader()",
+        "_fit_client > local_phases()",
+        LOCAL,
+        "= Module.state_dict",
+        "_fit_client > ModuleSlot.refresh(tensors)",
+        "_fit_client > to_cpu (x3)",
+        "_fit_client > client_statistics()",
+        "_fit_client > ClientUpdate()",
+        "_fit_client > ClientState()",
+        "Fabric.call (x2 per client)",
+    ],
+    "_fit_client > _load_client": [
+        "_load_client > _slot",
+        "_load_client > setup_client",
+        "_load_client > payload_for",
+        "_load_client > ModuleSlot.load",
+        "_load_client > num_bytes (x2)",
+    ],
+    LOCAL: [
+        "local > configure_optimizer",
+        "local > module.train()",
+        "local > on_train_start",
+        "local > set_local_phase (x2, + 1 in on_train_end)",
+        "local > on_train_end (incl. its set_local_phase)",
+        "local > batches (_batches next, incl. StopIteration)",
+        "local > training_step",
+        "= Tensor.backward",
+        "= SGD.step",
+        "= Optimizer.zero_grad",
+        "local > loss mean .item()",
+    ],
+    "local > training_step": ["= model forward (Module.__call__)", "= F.cross_entropy", "training_step > self.log"],
+}
 
-    Targets the engine no longer has (it changes) are skipped by :func:`patched`.
-    """
-    from lightning.fabric import Fabric
-    from lightning.fabric.wrappers import _FabricOptimizer
-    from torch.utils.data.dataloader import DataLoader, _BaseDataLoaderIter
 
-    import fedhet.datamodules.tensor_dataset as tensor_dataset
+def fedhet_targets() -> list[Target]:
+    """What to time on the fedhet side: (owner, attribute, label, kind)."""
     import fedhet.plugins.local_loop as local_loop
     import fedhet.plugins.trainer as trainer
     from fedhet.datamodules import ClientDataModule, FederatedDataModule
+    from fedhet.datamodules.tensor_dataset import TensorBatchLoader
     from fedhet.modules.base import FederatedModule
     from fedhet.modules.classifier import FederatedClassifier
     from fedhet.plugins.aggregators import WeightedMean
-    from fedhet.plugins.state import ClientUpdate, ServerState
+    from fedhet.plugins.sampling import FullParticipation
+    from fedhet.plugins.slots import ModuleSlot
+    from fedhet.plugins.state import ClientState, ClientUpdate, ServerState
 
     ft = trainer.FederatedTrainer
-    batch_loader = getattr(tensor_dataset, "TensorBatchLoader", None)
     return [
-        (ft, "_fit_client", "_fit_client", False),
-        (ft, "_load_client", "_fit_client > _load_client", False),
-        (FederatedModule, "setup_client", "_load_client > setup_client", False),
-        (FederatedModule, "load_state_dict", "_load_client > FederatedModule.load_state_dict (fix: load)", False),
-        (FederatedModule, "client_signature", "client_signature", False),
-        (ServerState, "payload_for", "_load_client > payload_for", False),
-        (trainer, "num_bytes", "_load_client > num_bytes (x2)", False),
-        (trainer, "move_data_to_device", "move_data_to_device", False),
-        (ft, "owns", "_run_round > owns", False),
-        (trainer, "seeded", "_fit_client > seeded", True),
-        (torch, "manual_seed", "seeded > torch.manual_seed", False),
-        (torch, "get_rng_state", "seeded > torch.get_rng_state (fork_rng)", False),
-        (torch, "set_rng_state", "seeded > torch.set_rng_state (fork_rng)", False),
-        (trainer, "derive_seed", "_fit_client > derive_seed", False),
-        (FederatedDataModule, "client", "_fit_client > datamodule.client(id)", False),
-        (ClientDataModule, "train_dataloader", "_fit_client > train_dataloader()", False),
-        (FederatedModule, "local_phases", "_fit_client > local_phases()", False),
-        (trainer, "run_local_training", "_fit_client > run_local_training", False),
-        (local_loop, "configure_optimizer", "local > configure_optimizer (SGD.__init__)", False),
-        (Fabric, "setup_optimizers", "local > fabric.setup_optimizers", False),
-        (nn.Module, "train", "local > module.train()", False),
-        (FederatedModule, "set_local_phase", "local > set_local_phase (x2)", False),
-        (DataLoader, "__iter__", "local > DataLoader.__iter__ (iterator creation)", False),
-        (_BaseDataLoaderIter, "__next__", "local > DataLoader __next__ (batches + StopIteration)", False),
-        (batch_loader, "__iter__", "local > TensorBatchLoader.__iter__ (generator creation)", False),
-        (Fabric, "to_device", "local > fabric.to_device(batch)", False),
-        (Fabric, "autocast", "local > fabric.autocast()", True),
-        (FederatedClassifier, "training_step", "local > training_step", False),
-        (FederatedModule, "log", "training_step > self.log (no-op)", False),
-        (Fabric, "backward", "local > fabric.backward", False),
-        (_FabricOptimizer, "__init__", "setup_optimizers > _FabricOptimizer.__init__ (new class)", False),
-        (_FabricOptimizer, "step", "local > _FabricOptimizer.step", False),
-        (torch.optim.Optimizer, "state_dict", "local > optimizer.state_dict()", False),
-        (FederatedModule, "shared_state_dict", "_fit_client > shared_state_dict()", False),
-        (trainer, "to_cpu", "_fit_client > to_cpu (x3)", False),
-        (FederatedModule, "client_statistics", "_fit_client > client_statistics()", False),
-        (ClientUpdate, "__init__", "_fit_client > ClientUpdate()", False),
-        (Fabric, "call", "fabric.call (x2 per client)", False),
-        (trainer, "all_finite", "_run_round > all_finite (x2)", False),
-        (trainer, "non_finite", "_run_round > non_finite", False),
-        (WeightedMean, "update", "_run_round > WeightedMean.update", False),
-        (WeightedMean, "compute", "_run_round > WeightedMean.compute (per round)", False),
+        # per round
+        (FullParticipation, "sample", "_run_round > sampler.sample (per round)", "call"),
+        (trainer, "gather_objects", "_run_round > gather_objects (per round)", "call"),
+        (ft, "_check_failures", "_run_round > _check_failures (per round)", "call"),
+        (WeightedMean, "compute", "_run_round > WeightedMean.compute (per round)", "call"),
+        (WeightedMean, "reset", "_run_round > WeightedMean.reset (per round)", "call"),
+        # per client, in _run_round
+        (ft, "owns", "_run_round > owns", "call"),
+        (ft, "_fit_client", FIT_CLIENT, "call"),
+        (trainer, "non_finite", "_run_round > non_finite", "call"),
+        (WeightedMean, "update", "_run_round > WeightedMean.update", "call"),
+        # _fit_client
+        (ft, "_load_client", "_fit_client > _load_client", "call"),
+        (ft, "_slot", "_load_client > _slot", "call"),
+        (FederatedModule, "setup_client", "_load_client > setup_client", "call"),
+        (ServerState, "payload_for", "_load_client > payload_for", "call"),
+        (ModuleSlot, "load", "_load_client > ModuleSlot.load", "call"),
+        (trainer, "num_bytes", "_load_client > num_bytes (x2)", "call"),
+        (trainer, "move_data_to_device", "move_data_to_device (statistics, optimizer state)", "call"),
+        (trainer, "derive_seed", "_fit_client > derive_seed", "call"),
+        (trainer, "seeded", "_fit_client > seeded", "context"),
+        (FederatedDataModule, "client", "_fit_client > datamodule.client(id)", "call"),
+        (ClientDataModule, "train_dataloader", "_fit_client > train_dataloader()", "call"),
+        (FederatedModule, "local_phases", "_fit_client > local_phases()", "call"),
+        (trainer, "run_local_training", LOCAL, "call"),
+        (ModuleSlot, "refresh", "_fit_client > ModuleSlot.refresh(tensors)", "call"),
+        (trainer, "to_cpu", "_fit_client > to_cpu (x3)", "call"),
+        (FederatedModule, "client_statistics", "_fit_client > client_statistics()", "call"),
+        (ClientUpdate, "__init__", "_fit_client > ClientUpdate()", "call"),
+        (ClientState, "__init__", "_fit_client > ClientState()", "call"),
+        (trainer.Fabric, "call", "Fabric.call (x2 per client)", "call"),
+        # run_local_training
+        (local_loop, "configure_optimizer", "local > configure_optimizer", "call"),
+        (FederatedClassifier, "configure_optimizers", "configure_optimizer > configure_optimizers()", "call"),
+        (nn.Module, "train", "local > module.train()", "call"),
+        (FederatedModule, "on_train_start", "local > on_train_start", "call"),
+        (FederatedModule, "set_local_phase", "local > set_local_phase (x2, + 1 in on_train_end)", "call"),
+        (FederatedModule, "on_train_end", "local > on_train_end (incl. its set_local_phase)", "call"),
+        (local_loop, "_batches", "local > batches (_batches next, incl. StopIteration)", "iter"),
+        (TensorBatchLoader, "__iter__", "batches > TensorBatchLoader next", "iter"),
+        (FederatedClassifier, "training_step", "local > training_step", "call"),
+        (FederatedModule, "log", "training_step > self.log", "call"),
+        (torch.Tensor, "item", "local > loss mean .item()", "call"),
     ]
 
 
-def shared_targets() -> list[tuple[Any, str, str, bool]]:
+def shared_targets() -> list[Target]:
     """Primitives timed on both sides."""
     return [
-        (nn.Module, "load_state_dict", "= Module.load_state_dict", False),
-        (torch.optim.SGD, "__init__", "= SGD.__init__", False),
-        (nn.Module, "__call__", "= model forward (Module.__call__)", False),
-        (F, "cross_entropy", "= F.cross_entropy", False),
-        (torch.Tensor, "backward", "= Tensor.backward", False),
-        (torch.optim.SGD, "step", "= SGD.step", False),
-        (torch.optim.Optimizer, "zero_grad", "= Optimizer.zero_grad", False),
-        (nn.Module, "state_dict", "= Module.state_dict", False),
+        (nn.Module, "load_state_dict", "= Module.load_state_dict", "call"),
+        (torch.optim.SGD, "__init__", "= SGD.__init__", "call"),
+        (nn.Module, "__call__", "= model forward (Module.__call__)", "call"),
+        (F, "cross_entropy", "= F.cross_entropy", "call"),
+        (torch.Tensor, "backward", "= Tensor.backward", "call"),
+        (torch.optim.SGD, "step", "= SGD.step", "call"),
+        (torch.optim.Optimizer, "zero_grad", "= Optimizer.zero_grad", "call"),
+        (nn.Module, "state_dict", "= Module.state_dict", "call"),
+        (torch, "randperm", "= torch.randperm", "call"),
+        (torch.Tensor, "index_select", "= Tensor.index_select", "call"),
+        (torch.Tensor, "copy_", "= Tensor.copy_", "call"),
+        (torch.Tensor, "to", "= Tensor.to", "call"),
     ]
 
 
@@ -298,20 +373,34 @@ def timer_cost() -> float:
     return min(costs)
 
 
+def with_self_rows(profile: Profile) -> Profile:
+    """``profile`` plus a ``"<parent> (self)"`` row for each parent of :data:`CHILDREN` it holds."""
+    seconds, calls, total = dict(profile[0]), dict(profile[1]), profile[2]
+    for parent, children in CHILDREN.items():
+        if parent in seconds:
+            label = f"{parent} (self)"
+            seconds[label] = seconds[parent] - sum(seconds.get(child, 0.0) for child in children)
+            calls[label] = calls[parent]
+    return seconds, calls, total
+
+
 def report(fedhet: Profile, reference: Profile, client_rounds: int) -> list[str]:
     """Markdown lines: one row per label, µs and calls per client-round on each side."""
-    (f_sec, f_calls, f_total), (r_sec, r_calls, r_total) = fedhet, reference
+    (f_sec, f_calls, f_total), (r_sec, r_calls, r_total) = with_self_rows(fedhet), reference
     per = 1e6 / client_rounds
     lines = [
         f"Steady-state round per client: fedhet {f_total * per:.0f} µs, reference {r_total * per:.0f} µs"
         f" (ratio {f_total / r_total:.2f}x, difference {(f_total - r_total) * per:.0f} µs).",
+        "",
+        "Rows starting with `=` are timed on both sides; the others only exist in fedhet. `(self)`: the call less the"
+        " timed calls made directly under it.",
         "",
         "| call (inclusive) | fedhet µs/client | calls/client | reference µs/client | calls/client |",
         "|---|---:|---:|---:|---:|",
     ]
     labels = sorted(set(f_sec) | set(r_sec), key=lambda k: (not k.startswith("="), -f_sec.get(k, 0.0)))
     for label in labels:
-        cells = [label.removeprefix("= ")]
+        cells = [label]
         for sec, calls in ((f_sec, f_calls), (r_sec, r_calls)):
             cells += [f"{sec[label] * per:.1f}", f"{calls[label] / client_rounds:.2f}"] if label in sec else ["", ""]
         lines.append("| " + " | ".join(cells) + " |")
@@ -326,9 +415,6 @@ def main() -> None:
     parser.add_argument("--clock", choices=["cpu", "wall"], default="cpu", help="thread CPU time or wall time")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument(
-        "--apply", nargs="*", default=[], choices=[*FIXES, "all"], help="candidate fixes to patch in on the fedhet side"
-    )
     parser.add_argument("--no-save", action="store_true", help="do not write benchmarks/results/")
     parser.add_argument("--output-dir", type=Path, default=RESULTS_DIR)
     args = parser.parse_args()
@@ -343,16 +429,14 @@ def main() -> None:
     for repeat in range(args.repeats):
         for side in ("reference", "fedhet") if repeat % 2 == 0 else ("fedhet", "reference"):
             if side == "fedhet":
-                with applied(args.apply):
-                    fedhet.append(profile_fedhet(federation, args.rounds))
+                fedhet.append(profile_fedhet(federation, args.rounds))
             else:
                 reference.append(profile_reference(clients, args.rounds))
         print(f"repeat {repeat + 1}/{args.repeats}: fedhet {fedhet[-1][2]:.2f} s, reference {reference[-1][2]:.2f} s")
     client_rounds = args.clients * (args.rounds - 2)
     lines = [
         f"# Engine overhead profile: {args.clients} clients, rounds 1..{args.rounds - 2} of {args.rounds},"
-        f" {args.threads} thread(s), {args.clock} time"
-        + (f", with candidate fixes {'+'.join(args.apply)} patched in" if args.apply else ""),
+        f" {args.threads} thread(s), {args.clock} time",
         "",
         f"Written by `{' '.join(['python', *sys.argv])}`. Medians over {args.repeats} interleaved runs of each side."
         f" A timer costs its caller {TIMERS.cost * 1e6:.2f} µs, taken off the times of the calls around it; rows"
@@ -364,8 +448,7 @@ def main() -> None:
     print("\n".join(lines))
     if not args.no_save:
         args.output_dir.mkdir(parents=True, exist_ok=True)
-        suffix = "_" + "+".join(args.apply) if args.apply else ""
-        (args.output_dir / f"engine_overhead_profile{suffix}.md").write_text("\n".join(lines))
+        (args.output_dir / "engine_overhead_profile.md").write_text("\n".join(lines))
 
 
 if __name__ == "__main__":

@@ -108,7 +108,9 @@ class TensorBatchLoader:
             for start in range(0, n, self.batch_size):
                 yield x[start : start + self.batch_size], y[start : start + self.batch_size]
             return
-        order = torch.randperm(n).to(x.device)
+        order = torch.randperm(n)
+        if order.device != x.device:
+            order = order.to(x.device)
         for start in range(0, n, self.batch_size):
             index = order[start : start + self.batch_size]
             yield x.index_select(0, index), y.index_select(0, index)

@@ -34,7 +34,7 @@ def _weighted_mean_update(
             )
         if value.is_floating_point():
             if name in sums:
-                sums[name].add_(value.to(torch.float64), alpha=weight)
+                sums[name].add_(value, alpha=weight)  # accumulated in the sum's float64
             else:
                 sums[name] = value.to(torch.float64) * weight
             totals[name] = totals.get(name, 0.0) + weight

@@ -30,8 +30,14 @@ def configure_optimizer(module: LightningModule) -> Optimizer:
     return config
 
 
-def _batches(loader: Iterable, epochs: int, steps: int | None) -> Iterator[Any]:
+def _batches(loader: Iterable, epochs: int, steps: int | None) -> Iterable[Any]:
     """Batches over ``epochs`` passes of ``loader``, or exactly ``steps`` batches cycling it when ``steps`` is set."""
+    if steps is None and epochs == 1:
+        return loader
+    return _cycled(loader, epochs, steps)
+
+
+def _cycled(loader: Iterable, epochs: int, steps: int | None) -> Iterator[Any]:
     if steps is None:
         for _ in range(epochs):
             yield from loader
@@ -88,8 +94,7 @@ def run_local_training(
     if not module.training:
         module.train()
     move = fabric.device.type != "cpu"  # in-memory CPU batches need no per-step device dispatch on a CPU run
-    loss_sum = torch.zeros((), device=fabric.device)
-    num_steps = 0
+    losses: list[torch.Tensor] = []
     module.on_train_start()
     for phase in phases:
         module.set_local_phase(phase)
@@ -104,12 +109,12 @@ def run_local_training(
             backward(loss)
             step_optimizer.step()
             step_optimizer.zero_grad(set_to_none=True)
-            loss_sum += loss.detach()
-            num_steps += 1
+            losses.append(loss.detach())
     module.set_local_phase(None)
     module.on_train_end()
-    mean_loss = (loss_sum / max(num_steps, 1)).item()
-    return {"loss": mean_loss, "steps": float(num_steps)}, optimizer.state_dict() if keep_optimizer_state else None
+    mean_loss = torch.stack(losses).float().mean().item() if losses else 0.0
+    metrics = {"loss": mean_loss, "steps": float(len(losses))}
+    return metrics, optimizer.state_dict() if keep_optimizer_state else None
 
 
 @torch.no_grad()

@@ -254,6 +254,7 @@ class FederatedTrainer:
         self._datamodule = datamodule
         self._template = model
         self._client_ids = list(datamodule.client_ids)
+        self._client_data = {cid: datamodule.client(cid) for cid in self._client_ids}
         self._index = {cid: i for i, cid in enumerate(self._client_ids)}
         self._specs = datamodule.specs
         self._signatures = {cid: model.client_signature(spec) for cid, spec in self._specs.items()}
@@ -328,7 +329,7 @@ class FederatedTrainer:
             metrics, optimizer_state = run_local_training(
                 self._fabric,
                 module,
-                self._datamodule.client(client_id).train_dataloader(),
+                self._client_data[client_id].train_dataloader(),
                 module.local_phases(),
                 self.local_epochs,
                 self.local_steps,
@@ -430,7 +431,7 @@ class FederatedTrainer:
         for cid in self._client_ids:
             if not self.owns(cid):
                 continue
-            client = self._datamodule.client(cid)
+            client = self._client_data[cid]
             loader = client.val_dataloader() if stage == "val" else client.test_dataloader()
             if not loader:
                 continue
