@@ -16,10 +16,13 @@ VERSION = 1
 def save_checkpoint(path: str | Path, state: dict[str, Any]) -> None:
     """Write ``state`` to ``path`` atomically: a temporary file in the same folder, flushed, then renamed.
 
-    A process killed while writing leaves the previous checkpoint intact.
+    A process killed while writing leaves the previous checkpoint intact; its temporary file is removed by the next
+    write.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    for orphan in path.parent.glob(f".{path.name}.*.tmp"):  # left by a process killed while writing
+        orphan.unlink(missing_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
