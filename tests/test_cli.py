@@ -118,7 +118,7 @@ def test_trainer_defaults_are_applied_under_the_config(no_data):
         trainer_defaults={"eval_every": 3, "rounds": 99, "local_epochs": 5, "callbacks": persistent},
     )
     assert cli.trainer.eval_every == 3  # not in the config: the default given to the CLI
-    assert cli.trainer.rounds == 30  # the config file wins over trainer_defaults
+    assert cli.trainer.rounds == 40  # the config file wins over trainer_defaults
     assert cli.trainer.local_epochs == 2  # and the command line over both
     assert cli.trainer.user_callbacks == [persistent]
 

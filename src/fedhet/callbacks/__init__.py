@@ -1,6 +1,8 @@
 """Federation callbacks: thin adapters from the engine's round hooks to the maths in ``fedhet.functional``."""
 
 from fedhet.callbacks.base import FederatedCallback
+from fedhet.callbacks.centroid_sync import CentroidSync
+from fedhet.callbacks.head_mixing import HeadMixing
 from fedhet.callbacks.progress import RichRoundProgress
 
-__all__ = ["FederatedCallback", "RichRoundProgress"]
+__all__ = ["CentroidSync", "FederatedCallback", "HeadMixing", "RichRoundProgress"]

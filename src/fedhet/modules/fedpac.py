@@ -1,0 +1,239 @@
+r"""FedPAC: personalised federated learning with feature alignment and classifier collaboration.
+
+J. Xu, X. Tong, S.-L. Huang, "Personalized Federated Learning with Feature Alignment and Classifier Collaboration",
+ICLR 2023. Shared body, personal linear head; each round a client trains its head (body frozen), then its body (head
+frozen) with cross-entropy plus :math:`\lambda` times the distance of its features to the global class centroids. The
+server averages bodies and centroids (:class:`~fedhet.callbacks.CentroidSync`) and gives every client a mix of the
+participants' heads whose weights solve one simplex QP per client (:class:`~fedhet.callbacks.HeadMixing`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Literal
+
+import torch
+import torch.nn.functional as F
+from lightning.pytorch import Callback
+from torch import Tensor, nn
+
+from fedhet.datamodules.spec import ClientSpec
+from fedhet.functional.centroids import class_feature_sums, feature_alignment_loss, head_statistics
+from fedhet.modules.baselines import FedRep
+from fedhet.modules.blocks import mlp
+from fedhet.modules.fedpac_nets import paper_body
+from fedhet.plugins.protocols import LocalPhase
+
+#: names of the statistics FedPAC uploads (besides the shared body) and receives
+CENTROIDS = "fedpac/centroids"
+COUNTS = "fedpac/counts"
+HEAD_H = "fedpac/H"
+HEAD_V = "fedpac/v"
+HEAD_PREFIX = "fedpac/"
+GLOBAL_CENTROIDS = "fedpac/global_centroids"
+GLOBAL_COUNTS = "fedpac/global_counts"
+HEAD_NAMES = ("head.weight", "head.bias")
+
+
+class FedPAC(FedRep):
+    r"""FedPAC's client: shared body :math:`f_\theta`, personal linear head :math:`g_\phi`, two-phase local schedule.
+
+    Local round (spec §4.2): with the received global body, one pass over the training data gives the class counts
+    :math:`n_k`, class means :math:`\mu_k` and FedPAC's head statistics :math:`H, V/n`; then ``head_epochs`` epochs of
+    cross-entropy on the head (``head_lr``), then the trainer's local epochs on the body (``lr``) with
+
+    .. math::
+        \mathcal{L} = \mathrm{CE}(g_\phi(f_\theta(x)), y) + \lambda \frac{1}{d} \| f_\theta(x) - c_y \|^2
+
+    where :math:`c` are the global centroids of the previous round (no alignment before the first aggregation; a class
+    without a global centroid is aligned to the client's own pre-training centroid); finally a pass with the trained
+    body gives the local centroids. Uploads: the body (``shared``), and the declared statistics only — centroids and
+    counts with feature alignment, :math:`H`, :math:`V/n` and the trained head with classifier collaboration (the
+    server needs the heads to mix them; they are never averaged into a shared head).
+
+    Ablations (paper table 2): ``feature_alignment`` / ``classifier_collaboration`` both on (FedPAC), FA only, CC only,
+    or neither (FedRep-like alternating training).
+
+    Args:
+        lambda_align: :math:`\lambda`, weight of the feature-alignment loss.
+        feature_alignment: align features to the global centroids (and run :class:`~fedhet.callbacks.CentroidSync`).
+        classifier_collaboration: mix heads with QP weights (and run :class:`~fedhet.callbacks.HeadMixing`).
+        head_lr: learning rate of the head phase (the body phase uses ``lr``).
+        head_epochs: epochs of the head phase.
+        network: ``"auto"`` (the paper's CNN for ``(C, 28, 28)``/``(C, 32, 32)`` inputs, else an MLP of
+            ``hidden_dims``), ``"cnn"`` (the paper's CNN, required) or ``"mlp"``.
+        mix_threshold: QP weights at or below this are dropped before renormalising.
+        lr: learning rate of the body phase.
+        momentum: SGD momentum (both phases).
+        weight_decay: L2 penalty (both phases).
+        hidden_dims: hidden widths of the MLP body when no CNN is used.
+        **kwargs: other :class:`~fedhet.modules.FederatedClassifier` arguments.
+
+    """
+
+    def __init__(
+        self,
+        lambda_align: float = 1.0,
+        feature_alignment: bool = True,
+        classifier_collaboration: bool = True,
+        head_lr: float = 0.1,
+        head_epochs: int = 1,
+        network: Literal["auto", "cnn", "mlp"] = "auto",
+        mix_threshold: float = 1e-3,
+        lr: float = 0.01,
+        momentum: float = 0.5,
+        weight_decay: float = 5e-4,
+        hidden_dims: Sequence[int] = (128,),
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(
+            head_epochs=head_epochs,
+            lr=lr,
+            momentum=momentum,
+            weight_decay=weight_decay,
+            hidden_dims=hidden_dims,
+            **kwargs,
+        )
+        if lambda_align < 0:
+            raise ValueError(f"FedPAC: field 'lambda_align' must be >= 0, got {lambda_align}")
+        if head_lr <= 0:
+            raise ValueError(f"FedPAC: field 'head_lr' must be positive, got {head_lr}")
+        if network not in ("auto", "cnn", "mlp"):
+            raise ValueError(f"FedPAC: field 'network' must be 'auto', 'cnn' or 'mlp', got {network!r}")
+        if not 0 <= mix_threshold < 1:
+            raise ValueError(f"FedPAC: field 'mix_threshold' must be in [0, 1), got {mix_threshold}")
+        self.lambda_align = lambda_align
+        self.feature_alignment = feature_alignment
+        self.classifier_collaboration = classifier_collaboration
+        self.head_lr = head_lr
+        self.network = network
+        self.mix_threshold = mix_threshold
+        self.statistics_loader: Iterable | None = None
+        """The client's training batches for the statistics passes; set by the callbacks under the engine."""
+        self._phase: str | None = None
+        self._upload: dict[str, Tensor] = {}
+        self._global_centroids: Tensor | None = None
+        self._global_available: Tensor | None = None
+        self._own_centroids: Tensor | None = None
+
+    # ---------------------------------------------------------------- layers
+    def build_body(self, spec: ClientSpec) -> tuple[nn.Module, int]:
+        """The paper's CNN for 28x28 / 32x32 images (``network`` ``"auto"``/``"cnn"``), else an MLP."""
+        if self.network != "mlp":
+            body = paper_body(tuple(spec.input_shape))
+            if body is not None:
+                return body, body[-2].out_features
+            if self.network == "cnn":
+                raise ValueError(
+                    f"FedPAC: client '{spec.client_id}' has input shape {tuple(spec.input_shape)}; network='cnn' needs"
+                    " (C, 28, 28) or (C, 32, 32) images"
+                )
+        return mlp(spec.input_dim, self.hidden_dims, self.dropout)
+
+    def configure_callbacks(self) -> list[Callback]:
+        """:class:`~fedhet.callbacks.CentroidSync` and/or :class:`~fedhet.callbacks.HeadMixing`, per the switches."""
+        from fedhet.callbacks.centroid_sync import CentroidSync
+        from fedhet.callbacks.head_mixing import HeadMixing
+
+        callbacks: list[Callback] = []
+        if self.feature_alignment:
+            callbacks.append(CentroidSync())
+        if self.classifier_collaboration:
+            callbacks.append(HeadMixing(threshold=self.mix_threshold))
+        return callbacks
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        """SGD with the head at ``head_lr`` and the body at ``lr`` (a phase freezes the other part)."""
+        head = list(self.head.parameters())
+        head_ids = {id(p) for p in head}
+        body = [p for p in self.parameters() if id(p) not in head_ids]
+        groups = [{"params": body, "lr": self.lr}, {"params": head, "lr": self.head_lr}]
+        return torch.optim.SGD(groups, lr=self.lr, momentum=self.momentum, weight_decay=self.weight_decay)
+
+    # ---------------------------------------------------------------- local schedule
+    def local_phases(self) -> list[LocalPhase]:
+        """``head_epochs`` on the head, then the trainer's local epochs on the body."""
+        return [LocalPhase("head", trainable=("head.*",), epochs=self.head_epochs), LocalPhase("body", ("body.*",))]
+
+    def set_local_phase(self, phase: LocalPhase | None) -> None:
+        """Remember which phase runs (the body phase adds feature alignment), then freeze as the base does."""
+        self._phase = None if phase is None else phase.name
+        super().set_local_phase(phase)
+
+    def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
+        r"""Cross-entropy; in the body phase plus :math:`\lambda` times the feature-alignment loss."""
+        x, y = batch
+        z = self.body(x)
+        loss = F.cross_entropy(self.head(z), y)
+        if (
+            self._phase == "body"
+            and self.feature_alignment
+            and self.lambda_align > 0
+            and self._global_centroids is not None
+        ):
+            align = feature_alignment_loss(z, y, self._global_centroids, self._global_available, self._own_centroids)
+            self.log("train/align", align)
+            loss = loss + self.lambda_align * align
+        self.log("train/loss", loss, prog_bar=True)
+        return loss
+
+    # ---------------------------------------------------------------- statistics
+    def _loader(self) -> Iterable:
+        if self.statistics_loader is not None:
+            return self.statistics_loader
+        if self._trainer is not None:
+            return self.trainer.train_dataloader
+        raise RuntimeError(
+            "FedPAC needs the client's training batches for its statistics: run it under a lightning.Trainer, or"
+            " under the FederatedTrainer with its CentroidSync/HeadMixing callbacks (configure_callbacks), or set"
+            " module.statistics_loader"
+        )
+
+    @torch.no_grad()
+    def class_sums(self, loader: Iterable) -> tuple[Tensor, Tensor, Tensor]:
+        """One body pass over ``loader``: class counts ``(K,)``, feature sums ``(K, d)``, square norms ``(K,)``."""
+        k, d = self.head.out_features, self.head.in_features
+        counts = torch.zeros(k, device=self.device)
+        sums = torch.zeros(k, d, device=self.device)
+        squares = torch.zeros(k, device=self.device)
+        for x, y in loader:
+            x, y = x.to(self.device), y.to(self.device)
+            n, s, q = class_feature_sums(self.body(x).float(), y, k)
+            counts += n
+            sums += s
+            squares += q
+        return counts, sums, squares
+
+    def on_train_start(self) -> None:
+        """Statistics of the received body (before local training): counts, own centroids, :math:`H` and :math:`V/n`."""
+        self._upload = {}
+        self._own_centroids = None
+        if not (self.feature_alignment or self.classifier_collaboration):
+            return
+        counts, sums, squares = self.class_sums(self._loader())
+        self._own_centroids = sums / counts.clamp_min(1).unsqueeze(1)
+        if self.classifier_collaboration:
+            h, v = head_statistics(counts, sums, squares)
+            self._upload[HEAD_H] = h
+            self._upload[HEAD_V] = v / counts.sum().clamp_min(1)
+
+    def on_train_end(self) -> None:
+        """Local centroids of the trained body, and the trained head for mixing; then unfreeze everything."""
+        super().on_train_end()
+        if self.feature_alignment:
+            counts, sums, _ = self.class_sums(self._loader())
+            self._upload[CENTROIDS] = sums / counts.clamp_min(1).unsqueeze(1)
+            self._upload[COUNTS] = counts
+        if self.classifier_collaboration:
+            for name in HEAD_NAMES:
+                self._upload[HEAD_PREFIX + name] = self.get_parameter(name).detach().clone()
+
+    def client_statistics(self) -> dict[str, Tensor]:
+        """What FedPAC uploads besides the body (see the class docstring)."""
+        return dict(self._upload)
+
+    def receive_statistics(self, statistics: Mapping[str, Tensor]) -> None:
+        """The global centroids and which classes have one."""
+        if GLOBAL_CENTROIDS in statistics:
+            self._global_centroids = statistics[GLOBAL_CENTROIDS].to(self.device)
+            self._global_available = statistics[GLOBAL_COUNTS].to(self.device) > 0

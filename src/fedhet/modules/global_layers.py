@@ -1,0 +1,469 @@
+"""Global Layers: partial personalisation for tabular clients with their own features and their own classes.
+
+"Global Layers: Non-IID Tabular Federated Learning" (the paper's §3; architecture as its reference code, see
+``specs/gl.md`` §2). Each client's model is ``h_k(g(phi_k(x)))``: a private input part ``phi_k`` (per-column entity
+embedding and a stack of transformer blocks over the feature tokens, then a first dense layer), a global part ``g``
+(dense layers whose widths do not depend on the client, averaged by the server) and a private output part ``h_k``
+sized to the client's own classes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable, Sequence
+from typing import Any, Literal
+
+import torch
+import torch.nn.functional as F
+from lightning.pytorch import Callback, LightningModule
+from lightning.pytorch import Trainer as LightningTrainer
+from torch import Tensor, nn
+from torchmetrics import MeanMetric, Metric, MetricCollection
+
+from fedhet.callbacks.base import FederatedCallback
+from fedhet.datamodules.spec import ClientSpec
+from fedhet.functional.tabular_metrics import AbsentRule, balanced_accuracy, one_vs_rest
+from fedhet.modules.base import FederatedModule
+from fedhet.plugins.aggregators import Aggregator, WeightedMean
+from fedhet.plugins.protocols import LocalPhase
+
+BNMode = Literal["frozen_stats", "train"]
+LabelSpace = Literal["client", "federation"]
+
+GLOBAL_CANDIDATES: tuple[str, ...] = ("layer2", "layer3", "layer4", "layer5", "norm_out")
+"""Modules whose shapes do not depend on the client's columns or classes: what may be global."""
+
+MODULE_ORDER: tuple[str, ...] = ("input_norm", "embedding", "blocks", "layer1", *GLOBAL_CANDIDATES, "head")
+"""Every top-level module of :class:`GlobalLayers`, input to output (``input_norm`` only with ``input_norm=True``)."""
+
+
+class EntityEmbedding(nn.Module):
+    """One ``Linear(1, E)`` per column, stacked to tokens, then ``BatchNorm1d(F)`` over the feature axis.
+
+    Shapes: ``(B, F) -> (B, F, E)``. Parameters: ``2FE`` (weights and biases) + ``2F`` (norm).
+    """
+
+    def __init__(self, num_features: int, embed_dim: int) -> None:
+        super().__init__()
+        # ``Linear(1, E)``'s default init: kaiming-uniform(a=sqrt(5)) and bias with fan_in = 1, i.e. U(-1, 1)
+        self.weight = nn.Parameter(torch.empty(num_features, embed_dim).uniform_(-1.0, 1.0))
+        self.bias = nn.Parameter(torch.empty(num_features, embed_dim).uniform_(-1.0, 1.0))
+        self.norm = nn.BatchNorm1d(num_features)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Tokens ``(B, F, E)`` of features ``(B, F)``."""
+        return self.norm(x.unsqueeze(-1) * self.weight + self.bias)
+
+
+class TransformerBlock(nn.Module):
+    """Norm, bias-free multi-head attention across feature tokens with a residual, then a residual feed-forward.
+
+    ``x = BN(x); x = MHA(x) + x; x = SELU(W2(SELU(W1(BN(x))) [* W3(x)])) + x``; the gate ``W3`` only when ``gated``.
+    Shapes: ``(B, F, E) -> (B, F, E)``. Parameters: ``4E^2 + E^2 (+ E^2/2 gated) + 4F``.
+    """
+
+    def __init__(self, num_features: int, embed_dim: int, num_heads: int, gated: bool) -> None:
+        super().__init__()
+        self.norm_attn = nn.BatchNorm1d(num_features)
+        self.attn = nn.MultiheadAttention(embed_dim, num_heads, bias=False, batch_first=True)
+        self.norm_ff = nn.BatchNorm1d(num_features)
+        self.w1 = nn.Linear(embed_dim, embed_dim // 2, bias=False)
+        self.w2 = nn.Linear(embed_dim // 2, embed_dim, bias=False)
+        self.w3 = nn.Linear(embed_dim, embed_dim // 2, bias=False) if gated else None
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Tokens ``(B, F, E)`` to tokens ``(B, F, E)``."""
+        x = self.norm_attn(x)
+        x = self.attn(x, x, x, need_weights=False)[0] + x
+        hidden = F.selu(self.w1(self.norm_ff(x)))
+        if self.w3 is not None:
+            hidden = hidden * self.w3(x)
+        return F.selu(self.w2(hidden)) + x
+
+
+class DenseLayer(nn.Module):
+    """``SELU(Linear(BN(x)))``: ``(B, d_in) -> (B, d_out)``, ``2 d_in + d_in d_out + d_out`` parameters."""
+
+    def __init__(self, in_dim: int, out_dim: int) -> None:
+        super().__init__()
+        self.norm = nn.BatchNorm1d(in_dim)
+        self.linear = nn.Linear(in_dim, out_dim)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """``(B, in_dim) -> (B, out_dim)``."""
+        return F.selu(self.linear(self.norm(x)))
+
+
+class ResidualFeedForward(nn.Module):
+    """``x + W2(SELU(W1(BN(x))) [* W3(x)])`` with hidden width ``hidden``; ``(B, d) -> (B, d)``.
+
+    ``W1`` and ``W2`` have biases; the gate ``W3`` (only when ``gated``) has none.
+    """
+
+    def __init__(self, dim: int, hidden: int, gated: bool) -> None:
+        super().__init__()
+        self.norm = nn.BatchNorm1d(dim)
+        self.w1 = nn.Linear(dim, hidden)
+        self.w2 = nn.Linear(hidden, dim)
+        self.w3 = nn.Linear(dim, hidden, bias=False) if gated else None
+
+    def forward(self, x: Tensor) -> Tensor:
+        """``(B, dim) -> (B, dim)``."""
+        hidden = F.selu(self.w1(self.norm(x)))
+        if self.w3 is not None:
+            hidden = hidden * self.w3(x)
+        return x + self.w2(hidden)
+
+
+class ClientMetric(Metric):
+    """One per-client classification metric over every evaluated sample (scores and targets are kept, then scored).
+
+    Args:
+        kind: ``"auroc"``, ``"auprc"`` (one-vs-rest macro; a binary head scores class 1), ``"balanced_accuracy"`` or
+            ``"accuracy"``.
+        num_classes: classes of the head (2 for a binary head with one logit).
+        absent: what ``"auroc"``/``"auprc"`` do with a class the split lacks (see
+            :func:`fedhet.functional.tabular_metrics.one_vs_rest`).
+        threshold: a binary head predicts class 1 where its logit is at least this.
+
+    """
+
+    higher_is_better = True
+    full_state_update = False
+
+    def __init__(
+        self,
+        kind: Literal["auroc", "auprc", "balanced_accuracy", "accuracy"],
+        num_classes: int,
+        absent: AbsentRule = "score",
+        threshold: float = 0.5,
+    ) -> None:
+        super().__init__(sync_on_compute=False)
+        self.kind, self.num_classes, self.absent, self.threshold = kind, num_classes, absent, threshold
+        self.add_state("scores", default=[], dist_reduce_fx="cat")
+        self.add_state("target", default=[], dist_reduce_fx="cat")
+
+    def update(self, scores: Tensor, target: Tensor) -> None:
+        """Add a batch: ``scores`` ``(B, C)`` logits (``(B, 1)`` binary), ``target`` ``(B,)`` head indices or -1."""
+        self.scores.append(scores.detach().float())
+        self.target.append(target.detach().long())
+
+    def compute(self) -> Tensor:
+        """The metric over every sample seen since the last reset (``nan`` when none)."""
+        if not self.scores:
+            return torch.tensor(float("nan"))
+        scores, target = torch.cat(self.scores), torch.cat(self.target)
+        if self.kind in ("auroc", "auprc"):
+            return one_vs_rest(self.kind, scores, target, self.absent).float()
+        preds = (scores[:, 0] >= self.threshold).long() if scores.shape[1] == 1 else scores.argmax(dim=1)
+        if self.kind == "balanced_accuracy":
+            return balanced_accuracy(preds, target, self.num_classes).float()
+        return (preds == target).float().mean()
+
+
+def aligned_batch_size(client_id: str, num_train: int, batches_per_epoch: int) -> int:
+    """BatchAlignedFedAvg's batch size ``floor(n_k / B)``; raises when the client has fewer than ``B`` rows."""
+    if num_train < batches_per_epoch:
+        raise ValueError(
+            f"client '{client_id}' has {num_train} training rows, fewer than batches_per_epoch={batches_per_epoch}"
+        )
+    return num_train // batches_per_epoch
+
+
+class BatchAlignment(FederatedCallback):
+    """Set every client's training batch size to ``floor(n_k / B)`` before the first round (BatchAlignedFedAvg).
+
+    With the module's local phase of ``B`` optimizer steps, every client then takes exactly ``B`` steps per round and
+    sees ``B * floor(n_k / B)`` distinct rows of a shuffled pass (the ``n_k mod B`` rows left over are skipped, as
+    ``drop_last`` does). Under a plain ``lightning.Trainer`` it sets the client datamodule's batch size at ``setup``;
+    cap the steps there with ``limit_train_batches=B``. This changes the ``batch_size`` of the client datamodules.
+
+    Args:
+        batches_per_epoch: ``B``, the optimizer steps per client per round.
+
+    """
+
+    def __init__(self, batches_per_epoch: int) -> None:
+        if batches_per_epoch < 1:
+            raise ValueError(f"BatchAlignment: field 'batches_per_epoch' must be >= 1, got {batches_per_epoch}")
+        self.batches_per_epoch = batches_per_epoch
+
+    def on_federation_start(self, trainer: Any, module: LightningModule) -> None:
+        """Align the batch size of every client of the federation the trainer runs."""
+        federation = getattr(trainer, "datamodule", None) or trainer._datamodule  # engine has no public accessor yet
+        for client_id in trainer.client_ids:
+            client = federation.client(client_id)
+            client.batch_size = aligned_batch_size(client_id, client.spec.num_train, self.batches_per_epoch)
+
+    def setup(self, trainer: LightningTrainer, pl_module: LightningModule, stage: str) -> None:
+        """Under a plain Trainer: align the client datamodule's batch size."""
+        client = trainer.datamodule
+        spec = getattr(client, "spec", None)
+        if isinstance(spec, ClientSpec) and hasattr(client, "batch_size"):
+            client.batch_size = aligned_batch_size(spec.client_id, spec.num_train, self.batches_per_epoch)
+
+
+class GlobalLayers(FederatedModule):
+    """The Global Layers model of one client: private input part, global middle layers, private head.
+
+    ``x (B, F) -> [BN_F] -> entity embedding (B, F, E) -> num_blocks transformer blocks -> flatten (B, F*E)
+    -> layer1 (B, 4S) -> layer2 (B, 4S) -> layer3 (B, 2S) -> layer4 (B, 2S) -> layer5 (B, S) -> norm_out -> head``,
+    with ``head`` giving one logit for a two-class client and ``C_k`` logits otherwise. Layers 1, 3 and 5 are
+    ``SELU(Linear(BN(x)))``; layers 2 and 4 residual feed-forward blocks with hidden width ``S`` and ``S/2``. The
+    modules named in ``global_modules`` are shared by name (parameters only: batch-norm running statistics stay
+    personal) and averaged uniformly; everything else is personal.
+
+    The three methods of the paper are this module with different settings:
+
+    * **GL**: ``global_modules=("layer2", "layer3", "layer4")``, ``label_space="client"``;
+    * **Local**: ``global_modules=()``;
+    * **FedAvg**: ``global_modules=GlobalLayers.all_but_first()`` (every module but the first, as the reference code
+      does), ``label_space="federation"``, on a federation whose clients share one column layout (zero-filled union,
+      :class:`fedhet.datamodules.aligned.AlignedFederation` with ``layout="union"``).
+
+    BatchAlignedFedAvg (every client takes the same number ``B`` of optimizer steps per round with batch size
+    ``floor(n_k / B)``, i.e. one local pass, then a uniform mean) is this module under the unchanged engine with
+    ``batches_per_epoch=B``: its local phase takes exactly ``B`` steps (``LocalPhase(steps=B)``), its
+    :class:`BatchAlignment` callback (from ``configure_callbacks``) sets each client's batch size, its aggregator is
+    ``WeightedMean("uniform")``, and it keeps each client's AdamW state across rounds.
+
+    Labels arrive in the federation's label space; with ``label_space="client"`` the module maps them to the client's
+    own classes (those present in its training split, sorted, as a label encoder fitted on it would). An evaluation
+    label the client never trained on is a negative for every class and is ignored by balanced accuracy.
+
+    Metrics (per client, raw logits): ``auroc``, ``auprc`` (one-vs-rest macro; a class the split lacks scores 0.5 /
+    0), ``auroc_present``/``auprc_present`` (such classes skipped), ``balanced_accuracy``, ``accuracy`` (a binary head
+    predicts 1 where its logit is at least ``threshold``) and ``loss``.
+
+    Args:
+        global_modules: names of the top-level modules that are global (a subset of :data:`GLOBAL_CANDIDATES`, or
+            any of :data:`MODULE_ORDER` when every client has the same columns and classes).
+        embed_dim: entity-embedding width ``E``.
+        num_heads: attention heads (``E`` divisible by it).
+        num_blocks: transformer blocks.
+        width: MLP width ``S``; ``None`` makes it ``F * E`` (the Covertype model), an int fixes it whatever ``F`` is
+            (the heart model: 128, i.e. a "common embed dim" of 8 times ``E``).
+        gated: gate the feed-forward blocks (Covertype model) or not (heart model).
+        input_norm: batch-normalise the raw features first (Covertype model).
+        bn_mode: ``"frozen_stats"`` keeps every batch norm in inference mode during training too (the reference's
+            behaviour: a learnable affine map over the initial statistics); ``"train"`` is textbook batch norm.
+        label_space: ``"client"`` (the client's own classes) or ``"federation"`` (every class of the federation).
+        lr: AdamW learning rate.
+        weight_decay: AdamW weight decay.
+        threshold: logit threshold of a binary head's predicted class (0.5 as the reference; 0 is probability 1/2).
+        batches_per_epoch: ``B`` of BatchAlignedFedAvg (5 for heart, 10 for Covertype in the paper); ``None`` trains
+            with the datamodule's batch size for the trainer's ``local_epochs``/``local_steps``.
+
+    Example:
+        >>> model = GlobalLayers(width=128)
+        >>> model.setup_client(ClientSpec("cleveland", (13,), num_classes=2, classes=(0, 1)))
+        >>> model.configure_model()
+        >>> sum(p.numel() for p in model.parameters()), model(torch.zeros(4, 13)).shape
+        (448339, torch.Size([4, 1]))
+
+    """
+
+    keep_optimizer_state = True
+
+    def __init__(
+        self,
+        global_modules: Sequence[str] = ("layer2", "layer3", "layer4"),
+        embed_dim: int = 16,
+        num_heads: int = 8,
+        num_blocks: int = 6,
+        width: int | None = None,
+        gated: bool = False,
+        input_norm: bool = False,
+        bn_mode: BNMode = "frozen_stats",
+        label_space: LabelSpace = "client",
+        lr: float = 1e-3,
+        weight_decay: float = 1e-4,
+        threshold: float = 0.5,
+        batches_per_epoch: int | None = None,
+    ) -> None:
+        super().__init__()
+        if batches_per_epoch is not None and batches_per_epoch < 1:
+            raise ValueError(f"GlobalLayers: field 'batches_per_epoch' must be >= 1 or null, got {batches_per_epoch}")
+        unknown = [name for name in global_modules if name not in MODULE_ORDER]
+        if unknown:
+            raise ValueError(
+                f"GlobalLayers: field 'global_modules' names unknown modules {unknown}; use {MODULE_ORDER}"
+            )
+        if embed_dim < 2 or embed_dim % 2 or embed_dim % num_heads:
+            raise ValueError(
+                f"GlobalLayers: field 'embed_dim' must be even and divisible by num_heads={num_heads}, got {embed_dim}"
+            )
+        if width is not None and (width < 2 or width % 2):
+            raise ValueError(f"GlobalLayers: field 'width' must be an even integer >= 2 or null, got {width}")
+        if bn_mode not in ("frozen_stats", "train"):
+            raise ValueError(f"GlobalLayers: field 'bn_mode' must be 'frozen_stats' or 'train', got {bn_mode!r}")
+        if label_space not in ("client", "federation"):
+            raise ValueError(f"GlobalLayers: field 'label_space' must be 'client' or 'federation', got {label_space!r}")
+        if lr <= 0 or weight_decay < 0:
+            raise ValueError(f"GlobalLayers: 'lr' must be positive and 'weight_decay' >= 0, got {lr}, {weight_decay}")
+        self.save_hyperparameters()
+        self.global_modules = tuple(global_modules)
+        self.shared = tuple(f"{name}.*" for name in self.global_modules)
+        self.embed_dim, self.num_heads, self.num_blocks = embed_dim, num_heads, num_blocks
+        self.width, self.gated, self.use_input_norm = width, gated, input_norm
+        self.bn_mode, self.label_space = bn_mode, label_space
+        self.lr, self.weight_decay, self.threshold = lr, weight_decay, threshold
+        self.batches_per_epoch = batches_per_epoch
+
+    @staticmethod
+    def all_but_first(input_norm: bool = False) -> tuple[str, ...]:
+        """The modules the reference's FedAvg averages: all but the first (``input_norm``, else ``embedding``)."""
+        modules = MODULE_ORDER if input_norm else tuple(name for name in MODULE_ORDER if name != "input_norm")
+        return modules[1:]
+
+    # ---------------------------------------------------------------- the client
+    def client_classes(self, spec: ClientSpec) -> tuple[int, ...]:
+        """The federation labels the client's head predicts, in head order."""
+        return tuple(spec.classes) if self.label_space == "client" else tuple(range(spec.num_classes))
+
+    def client_signature(self, spec: ClientSpec) -> Hashable:
+        """Clients share a module instance only if they have the same columns and the same head classes."""
+        return (spec.input_shape, self.client_classes(spec))
+
+    def configure_model(self) -> None:
+        """Build the client's layers from :attr:`spec` (once); see the class docstring for the shapes."""
+        if hasattr(self, "head"):
+            return
+        spec = self.spec
+        if len(spec.input_shape) != 1:
+            raise ValueError(
+                f"GlobalLayers: client '{spec.client_id}' has features of shape {spec.input_shape}; needs (F,)"
+            )
+        classes = self.client_classes(spec)
+        if len(classes) < 2:
+            raise ValueError(
+                f"GlobalLayers: client '{spec.client_id}' has classes {classes} in its training split; a head needs 2+"
+            )
+        num_features, e = spec.input_shape[0], self.embed_dim
+        s = self.width if self.width is not None else num_features * e
+        self.classes = classes
+        self.num_outputs = 1 if len(classes) == 2 else len(classes)
+        index = torch.full((spec.num_classes,), -1, dtype=torch.long)
+        index[list(classes)] = torch.arange(len(classes))
+        self.register_buffer("label_index", index, persistent=False)  # federation label -> head class (-1: none)
+
+        self.input_norm = nn.BatchNorm1d(num_features) if self.use_input_norm else None
+        self.embedding = EntityEmbedding(num_features, e)
+        self.blocks = nn.Sequential(
+            *(TransformerBlock(num_features, e, self.num_heads, self.gated) for _ in range(self.num_blocks))
+        )
+        self.layer1 = DenseLayer(num_features * e, 4 * s)
+        self.layer2 = ResidualFeedForward(4 * s, s, self.gated)
+        self.layer3 = DenseLayer(4 * s, 2 * s)
+        self.layer4 = ResidualFeedForward(2 * s, s // 2, self.gated)
+        self.layer5 = DenseLayer(2 * s, s)
+        self.norm_out = nn.BatchNorm1d(s)
+        self.head = nn.Linear(s, self.num_outputs)
+        self._buffer_names = frozenset(name for name, _ in self.named_buffers())
+        num_head_classes = len(classes)
+        stages = {}
+        for stage in ("val", "test"):
+            stages[stage] = MetricCollection(
+                {
+                    "auroc": ClientMetric("auroc", num_head_classes),
+                    "auroc_present": ClientMetric("auroc", num_head_classes, absent="skip"),
+                    "auprc": ClientMetric("auprc", num_head_classes),
+                    "auprc_present": ClientMetric("auprc", num_head_classes, absent="skip"),
+                    "balanced_accuracy": ClientMetric("balanced_accuracy", num_head_classes, threshold=self.threshold),
+                    "accuracy": ClientMetric("accuracy", num_head_classes, threshold=self.threshold),
+                    "loss": MeanMetric(sync_on_compute=False),
+                },
+                compute_groups=False,
+            )
+        self.val_metrics, self.test_metrics = stages["val"], stages["test"]
+        self.train(self.training)  # apply bn_mode to the new layers
+
+    def is_shared(self, name: str) -> bool:
+        """Parameters of the global modules; batch-norm running statistics are never communicated."""
+        return name not in getattr(self, "_buffer_names", ()) and super().is_shared(name)
+
+    # ---------------------------------------------------------------- forward and losses
+    def train(self, mode: bool = True) -> GlobalLayers:
+        """Set the training mode; with ``bn_mode="frozen_stats"`` every batch norm stays in inference mode."""
+        super().train(mode)
+        if self.bn_mode == "frozen_stats":
+            for module in self.modules():
+                if isinstance(module, nn.modules.batchnorm._BatchNorm):
+                    module.eval()
+        return self
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Logits of shape ``(B, 1)`` (two classes) or ``(B, C_k)`` for features of shape ``(B, F)``."""
+        if self.input_norm is not None:
+            x = self.input_norm(x)
+        tokens = self.blocks(self.embedding(x))
+        hidden = self.layer1(tokens.flatten(1))
+        hidden = self.layer4(self.layer3(self.layer2(hidden)))
+        return self.head(self.norm_out(self.layer5(hidden)))
+
+    def head_targets(self, y: Tensor) -> Tensor:
+        """Federation labels ``(B,)`` to head classes ``(B,)`` (``-1`` for a class the head does not have)."""
+        return self.label_index[y]
+
+    def loss(self, logits: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
+        """BCE-with-logits on a one-logit head (class 1 positive; -1 counts as 0), cross-entropy otherwise."""
+        if self.num_outputs == 1:
+            return F.binary_cross_entropy_with_logits(logits[:, 0], (target == 1).float(), reduction=reduction)
+        return F.cross_entropy(logits, target, ignore_index=-1, reduction=reduction)
+
+    def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
+        """The loss of one batch ``(x (B, F), y (B,))``."""
+        x, y = batch
+        loss = self.loss(self(x), self.head_targets(y))
+        self.log("train/loss", loss, prog_bar=True)
+        return loss
+
+    def _evaluation_step(self, batch: tuple[Tensor, Tensor], stage: str) -> None:
+        x, y = batch
+        logits, target = self(x), self.head_targets(y)
+        metrics = self.evaluation_metrics(stage)
+        for name, metric in metrics.items():
+            if name == "loss":
+                losses = self.loss(logits, target, reduction="none")
+                metric.update(losses[target >= 0] if self.num_outputs > 1 else losses)
+            else:
+                metric.update(logits, target)
+        self.log_dict({f"{stage}/{name}": metric for name, metric in metrics.items()}, on_epoch=True)
+
+    def validation_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
+        """Update the validation metrics."""
+        self._evaluation_step(batch, "val")
+
+    def test_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
+        """Update the test metrics."""
+        self._evaluation_step(batch, "test")
+
+    def evaluation_metrics(self, stage: str) -> MetricCollection:
+        """The per-client metrics of ``stage`` (see the class docstring)."""
+        return self.val_metrics if stage == "val" else self.test_metrics
+
+    # ---------------------------------------------------------------- federation
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        """One AdamW over all the client's parameters; the engine keeps its state across rounds."""
+        return torch.optim.AdamW(self.parameters(), lr=self.lr, weight_decay=self.weight_decay)
+
+    def configure_aggregator(self) -> Aggregator:
+        """Uniform mean of the global layers (batch alignment gives every client the same number of steps)."""
+        return WeightedMean("uniform")
+
+    def local_phases(self) -> list[LocalPhase]:
+        """One phase training everything: ``B`` optimizer steps when batch-aligned, else the trainer's schedule."""
+        return [LocalPhase("local", steps=self.batches_per_epoch)]
+
+    def configure_callbacks(self) -> list[Callback]:
+        """:class:`BatchAlignment` when ``batches_per_epoch`` is set."""
+        return [BatchAlignment(self.batches_per_epoch)] if self.batches_per_epoch is not None else []
+
+    def num_parameters(self, part: Literal["all", "global", "private"] = "all") -> int:
+        """Number of parameters in total, in the global modules, or in the private ones."""
+        params = list(self.named_parameters())
+        if part == "global":
+            params = [(n, p) for n, p in params if self.is_shared(n)]
+        elif part == "private":
+            params = [(n, p) for n, p in params if not self.is_shared(n)]
+        return sum(math.prod(p.shape) for _, p in params)

@@ -1,0 +1,187 @@
+"""Global Layers under the FederatedTrainer: what is shared, BatchAlignedFedAvg's steps, the baselines' data views."""
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from fedhet.callbacks.base import FederatedCallback
+from fedhet.cli import FederatedCLI
+from fedhet.datamodules import ClientDataModule, FederatedDataModule
+from fedhet.datamodules.aligned import AlignedFederation
+from fedhet.datamodules.datasets.heart import GL_SITES, HeartFederation
+from fedhet.modules import GlobalLayers
+from fedhet.plugins import FederatedTrainer
+
+TINY = {"embed_dim": 4, "num_heads": 2, "num_blocks": 1, "width": 8, "lr": 1e-2}
+CONFIGS = Path(__file__).parents[2] / "configs" / "gl"
+# three clients with disjoint columns (3, 4 and 5) and partly client-exclusive classes of a 4-class federation
+CLIENTS = {"a": (40, 3, (0, 1)), "b": (27, 4, (1, 2, 3)), "c": (33, 5, (0, 3))}
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Tiny models run fastest on one thread; several threads crawl on a busy 2-core machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def client(cid: str, n: int, dim: int, classes: tuple[int, ...]) -> ClientDataModule:
+    g = torch.Generator().manual_seed(n)
+    y = torch.tensor(classes)[torch.randint(len(classes), (n + 12,), generator=g)]
+    x = torch.randn(n + 12, dim, generator=g) + y[:, None].float()
+    return ClientDataModule(cid, x[:n], y[:n], 4, x_test=x[n:], y_test=y[n:], batch_size=4)
+
+
+def federation() -> FederatedDataModule:
+    fed = FederatedDataModule([client(cid, *args) for cid, args in CLIENTS.items()])
+    fed.feature_names = {cid: tuple(f"{cid}{j}" for j in range(dim)) for cid, (_, dim, _) in CLIENTS.items()}
+    return fed
+
+
+class Recorder(FederatedCallback):
+    """The tensors every client starts each round with, its optimizer steps, and the server's aggregates."""
+
+    def __init__(self) -> None:
+        self.loaded: dict[tuple[int, str], dict[str, torch.Tensor]] = {}
+        self.steps: dict[tuple[int, str], float] = {}
+        self.aggregates: list[tuple[dict, list]] = []
+
+    def on_client_fit_start(self, trainer, round_idx, client_id, module):
+        self.loaded[(round_idx, client_id)] = {k: v.detach().clone() for k, v in module.state_dict().items()}
+
+    def on_client_fit_end(self, trainer, round_idx, client_id, module, update):
+        self.steps[(round_idx, client_id)] = update.metrics["steps"]
+
+    def on_aggregate_end(self, trainer, round_idx, server_state, updates):
+        self.aggregates.append(({k: v.clone() for k, v in server_state.shared.items()}, list(updates)))
+
+
+def fit(model, data, rounds=2, **kwargs):
+    recorder = Recorder()
+    trainer = FederatedTrainer(
+        rounds=rounds,
+        seed=0,
+        accelerator="cpu",
+        logger=False,
+        enable_progress_bar=False,
+        checkpoint_every=0,
+        eval_every=rounds,
+        callbacks=[recorder],
+        **kwargs,
+    )
+    trainer.fit(model, data)
+    return trainer, recorder
+
+
+def test_global_layers_identical_across_clients_private_layers_differ():
+    model, data = GlobalLayers(batches_per_epoch=3, **TINY), federation()
+    trainer, rec = fit(model, data)
+    start = {cid: rec.loaded[(1, cid)] for cid in CLIENTS}  # after the first aggregation
+    shared_names = [name for name in start["a"] if name.split(".")[0] in ("layer2", "layer3", "layer4")]
+    server, updates = rec.aggregates[0]
+    assert set(server) == {n for n in shared_names if "running" not in n and "num_batches" not in n}
+    for name in server:
+        assert torch.equal(start["a"][name], start["b"][name])
+        assert torch.equal(start["b"][name], start["c"][name])
+        assert torch.equal(start["a"][name], server[name])
+        # uniform mean of the uploads, whatever the clients' sizes
+        torch.testing.assert_close(server[name], torch.stack([u.shared[name] for u in updates]).mean(0))
+    # private layers of equal shape are the clients' own
+    for name in ("layer5.linear.weight", "norm_out.weight", "layer1.linear.bias"):
+        assert not torch.equal(start["a"][name], start["b"][name])
+    assert start["a"]["head.weight"].shape == (1, 8)
+    assert start["b"]["head.weight"].shape == (3, 8)
+    metrics = trainer.test(model, data)
+    assert {"test/auroc_mean", "test/balanced_accuracy_worst", "test/auprc_present/b"} <= metrics.keys()
+    assert metrics["test/auroc_mean"] > 0.5
+
+
+def test_batch_aligned_clients_take_equal_steps_with_their_own_batch_size():
+    data = federation()
+    trainer, rec = fit(GlobalLayers(batches_per_epoch=3, **TINY), data, rounds=3)
+    assert set(rec.steps.values()) == {3.0}
+    assert len(rec.steps) == 9
+    assert {cid: data.client(cid).batch_size for cid in CLIENTS} == {"a": 13, "b": 9, "c": 11}
+
+
+def test_local_shares_nothing():
+    trainer, rec = fit(GlobalLayers(global_modules=(), **TINY), federation())
+    assert rec.aggregates[0][0] == {}
+    a, b = rec.loaded[(1, "a")], rec.loaded[(1, "b")]
+    assert not torch.equal(a["layer3.linear.weight"], b["layer3.linear.weight"])
+
+
+def test_fedavg_over_the_union_feature_and_label_space():
+    data = AlignedFederation(federation(), layout="union")
+    assert [spec.input_dim for spec in data.specs.values()] == [12, 12, 12]
+    x = data.client("b").train_dataset.x
+    assert torch.count_nonzero(x[:, :3]) == 0
+    assert torch.count_nonzero(x[:, 7:]) == 0
+    model = GlobalLayers(global_modules=GlobalLayers.all_but_first(), label_space="federation", **TINY)
+    _, rec = fit(model, data)
+    a, c = rec.loaded[(1, "a")], rec.loaded[(1, "c")]
+    assert a["head.weight"].shape == (4, 8)
+    assert torch.equal(a["head.weight"], c["head.weight"])
+    assert torch.equal(a["blocks.0.w1.weight"], c["blocks.0.w1.weight"])
+    assert not torch.equal(a["embedding.weight"], c["embedding.weight"])
+
+
+def test_union_merges_columns_with_the_same_name():
+    fed = federation()
+    fed.feature_names = {
+        "a": ("age", "sex", "cp"),
+        "b": ("sbp", "age", "ldl", "famhist"),
+        "c": ("age", "sex", "x", "y", "z"),
+    }
+    data = AlignedFederation(fed, layout="union")
+    assert data.feature_names["a"] == ("age", "sex", "cp", "sbp", "ldl", "famhist", "x", "y", "z")
+    torch.testing.assert_close(data.client("b").train_dataset.x[:, 0], fed.client("b").train_dataset.x[:, 1])
+
+
+def test_pooled_client_for_the_centralised_baseline():
+    fed = federation()
+    fed.feature_names = {cid: ("area", *(f"{cid}{j}" for j in range(dim - 1))) for cid, (_, dim, _) in CLIENTS.items()}
+    data = AlignedFederation(fed, layout="pooled", client_code_column="area")
+    assert data.client_ids == ["pooled"]
+    spec = data.specs["pooled"]
+    assert spec.num_train == 100
+    assert spec.num_test == 36
+    assert spec.classes == (0, 1, 2, 3)
+    assert data.client("pooled").train_dataset.x[:, 0].unique().tolist() == [0.0, 1.0, 2.0]
+    with pytest.raises(ValueError, match="layout='pooled'"):
+        AlignedFederation(fed, layout="union", client_code_column="area")
+
+
+def test_heart_gl_sites_run_batch_aligned():
+    data = HeartFederation(sites=GL_SITES, missing="code")
+    _, rec = fit(GlobalLayers(batches_per_epoch=5, **TINY), data, rounds=1)
+    assert [data.client(site).batch_size for site in GL_SITES] == [36, 55, 36]
+    assert {rec.steps[(0, site)] for site in GL_SITES} == {5.0}
+
+
+@pytest.mark.parametrize("path", sorted(CONFIGS.glob("*.yaml")), ids=lambda p: p.name)
+def test_configs_build_the_paper_settings(path, tmp_path, monkeypatch):
+    monkeypatch.setattr("sys.argv", ["fedhet"])
+    cli = FederatedCLI(args=["-c", str(path), "--trainer.default_root_dir", str(tmp_path)], run=False)
+    model = cli.model
+    assert isinstance(model, GlobalLayers)
+    assert model.batches_per_epoch == (10 if "covertype" in path.name else 5)
+    assert (model.lr, model.weight_decay, model.embed_dim, model.num_blocks) == (1e-3, 1e-4, 16, 6)
+    method = path.stem.split("_")[-1]
+    if method == "local":
+        assert model.global_modules == ()
+    elif method in ("fedavg", "centralised"):
+        assert model.label_space == "federation"
+    else:
+        assert model.global_modules == ("layer2", "layer3", "layer4")
+        assert model.label_space == "client"
+    if "covertype" in path.name:
+        assert model.gated
+        assert model.use_input_norm
+        assert model.width is None
+    else:
+        assert not model.gated
+        assert model.width == 128
