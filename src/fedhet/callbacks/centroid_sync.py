@@ -14,7 +14,7 @@ from fedhet.functional.centroids import aggregate_centroids
 
 def attach_training_batches(trainer: Any, client_id: str, module: LightningModule) -> None:
     """Give ``module`` the client's training batches for its statistics passes (the engine gives modules no loader)."""
-    datamodule = getattr(trainer, "datamodule", None) or getattr(trainer, "_datamodule", None)
+    datamodule = trainer.datamodule
     if datamodule is not None and hasattr(module, "statistics_loader"):
         module.statistics_loader = datamodule.client(client_id).train_dataloader()
 

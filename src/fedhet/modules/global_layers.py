@@ -190,7 +190,7 @@ class BatchAlignment(FederatedCallback):
 
     def on_federation_start(self, trainer: Any, module: LightningModule) -> None:
         """Align the batch size of every client of the federation the trainer runs."""
-        federation = getattr(trainer, "datamodule", None) or trainer._datamodule  # engine has no public accessor yet
+        federation = trainer.datamodule
         for client_id in trainer.client_ids:
             client = federation.client(client_id)
             client.batch_size = aligned_batch_size(client_id, client.spec.num_train, self.batches_per_epoch)

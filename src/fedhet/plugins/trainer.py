@@ -185,6 +185,11 @@ class FederatedTrainer:
         return self.history[-1] if self.history else {}
 
     @property
+    def datamodule(self) -> Any:
+        """The federated datamodule of the current ``fit``/``validate``/``test``."""
+        return self._datamodule
+
+    @property
     def client_ids(self) -> list[str]:
         """The federation's clients, in order."""
         return list(self._client_ids)
