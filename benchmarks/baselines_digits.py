@@ -17,9 +17,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from _common import quiet_trainer
 from fedhet.datamodules import DigitsFederation
 from fedhet.modules import FedAvg, FedRep, LocalOnly
-from fedhet.plugins import FederatedTrainer
 
 RESULTS = Path(__file__).parent / "results"
 COMMON = {"hidden_dims": [64], "lr": 0.1, "momentum": 0.5}
@@ -34,18 +34,7 @@ KEYS = ("test/acc_mean", "test/acc_weighted", "test/acc_worst")
 
 def run(method: str, seed: int, args: argparse.Namespace, root: Path) -> dict[str, float]:
     data = DigitsFederation(num_clients=args.clients, alpha=args.alpha, test_fraction=0.25, seed=seed)
-    trainer = FederatedTrainer(
-        rounds=args.rounds,
-        local_epochs=args.local_epochs,
-        seed=seed,
-        accelerator="cpu",
-        logger=False,
-        enable_progress_bar=False,
-        checkpoint_every=0,
-        eval_every=args.rounds,
-        log_per_client=False,
-        default_root_dir=str(root / f"{method}_{seed}"),
-    )
+    trainer = quiet_trainer(args.rounds, seed, root / f"{method}_{seed}", local_epochs=args.local_epochs)
     model = METHODS[method]()
     trainer.fit(model, data)
     return trainer.test(model, data)

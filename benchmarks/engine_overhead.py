@@ -175,19 +175,9 @@ def run_reference(
 
 # ------------------------------------------------------------------------------------------------------- fedhet side
 def make_trainer(rounds: int, callbacks: list | None = None):
-    from fedhet.plugins.trainer import FederatedTrainer
+    from _common import quiet_trainer
 
-    return FederatedTrainer(
-        rounds=rounds,
-        local_epochs=1,
-        accelerator="cpu",
-        logger=False,
-        enable_progress_bar=False,
-        checkpoint_every=0,
-        eval_every=rounds + 1,  # evaluation only after the last round
-        log_per_client=False,
-        callbacks=callbacks,
-    )
+    return quiet_trainer(rounds, callbacks=callbacks)
 
 
 def make_model():

@@ -32,11 +32,11 @@ from typing import Any
 
 import torch
 
+from _common import quiet_trainer
 from fedhet.callbacks import HeadMixing
 from fedhet.datamodules import PartitionedFederation
 from fedhet.functional import combination_weights
 from fedhet.modules import FedAvg, FedPAC, FedRep, LocalOnly
-from fedhet.plugins import FederatedTrainer
 
 RESULTS = Path(__file__).parent / "results"
 PAPER_FMNIST_20 = {  # Table 1 (FMNIST, 20 clients) and Table 2 (Fashion-MNIST ablation)
@@ -112,18 +112,7 @@ def federation(scale: dict[str, Any], seed: int, clients: int) -> PartitionedFed
 
 def run(name: str, seed: int, scale: dict[str, Any], args: argparse.Namespace, root: Path) -> tuple[float, Any]:
     """Final mean client test accuracy of one method and seed, and the FedPAC QP weights (if any)."""
-    trainer = FederatedTrainer(
-        rounds=args.rounds,
-        local_epochs=args.local_epochs,
-        seed=seed,
-        accelerator="cpu",
-        logger=False,
-        enable_progress_bar=False,
-        checkpoint_every=0,
-        eval_every=args.rounds,
-        log_per_client=False,
-        default_root_dir=str(root / f"{name}_{seed}"),
-    )
+    trainer = quiet_trainer(args.rounds, seed, root / f"{name}_{seed}", local_epochs=args.local_epochs)
     data = federation(scale, seed, args.clients)
     model = methods(scale)[name]()
     trainer.fit(model, data)

@@ -22,11 +22,11 @@ from pathlib import Path
 
 import torch
 
+from _common import quiet_trainer
 from fedhet.datamodules import ClientDataModule, FederatedDataModule
 from fedhet.datamodules.aligned import AlignedFederation
 from fedhet.datamodules.datasets.heart import GL_SITES, HeartFederation
 from fedhet.modules.global_layers import GlobalLayers
-from fedhet.plugins import FederatedTrainer
 
 RESULTS = Path(__file__).parent / "results"
 METHODS: dict[str, dict] = {
@@ -78,15 +78,7 @@ def run(method: str, seed: int, args: argparse.Namespace) -> dict[str, float]:
         data = AlignedFederation(data, layout="union")
     if method == "FedAvg-ref":
         data = reference_quirks(data)
-    trainer = FederatedTrainer(
-        rounds=args.rounds,
-        seed=seed,
-        accelerator="cpu",
-        logger=False,
-        enable_progress_bar=False,
-        checkpoint_every=0,
-        eval_every=args.rounds + 1,  # no evaluation during training: the paper tests the final model only
-    )
+    trainer = quiet_trainer(args.rounds, seed)  # the paper tests the final model only
     model = GlobalLayers(width=128, batches_per_epoch=args.batches, **METHODS[method])
     trainer.fit(model, data)
     return trainer.test(model, data)
