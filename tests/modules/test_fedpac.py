@@ -27,13 +27,14 @@ def built(client, **kwargs):
     module.setup_client(client.spec)
     module.configure_model()
     client.setup("fit")
-    module.statistics_loader = client.train_dataloader()
+    module.batches = client.train_dataloader()
+    module.local_train_loader = module.batches  # as the engine hands it over during local training
     return module
 
 
 def train(module, phases):
     fabric = Fabric(accelerator="cpu", devices=1)
-    return run_local_training(fabric, module, module.statistics_loader, phases, 1, None)
+    return run_local_training(fabric, module, module.batches, phases, 1, None)
 
 
 @pytest.mark.parametrize(
@@ -135,7 +136,7 @@ def test_body_phase_adds_feature_alignment_to_received_centroids(tiny_federation
     centroids = torch.randn(3, d)
     module.receive_statistics({GLOBAL_CENTROIDS: centroids, GLOBAL_COUNTS: torch.tensor([4.0, 0.0, 2.0])})
     module.on_train_start()  # own pre-training centroids: the fallback of class 1
-    x, y = next(iter(module.statistics_loader))
+    x, y = next(iter(module.batches))
     module.set_local_phase(LocalPhase("body", ("body.*",)))
     loss = module.training_step((x, y), 0)
     z = module.body(x)

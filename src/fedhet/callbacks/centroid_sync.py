@@ -5,18 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from lightning.pytorch import LightningModule
 from torch import Tensor
 
 from fedhet.callbacks.base import FederatedCallback
 from fedhet.functional.centroids import aggregate_centroids
-
-
-def attach_training_batches(trainer: Any, client_id: str, module: LightningModule) -> None:
-    """Give ``module`` the client's training batches for its statistics passes (the engine gives modules no loader)."""
-    datamodule = trainer.datamodule
-    if datamodule is not None and hasattr(module, "statistics_loader"):
-        module.statistics_loader = datamodule.client(client_id).train_dataloader()
 
 
 class CentroidSync(FederatedCallback):
@@ -33,10 +25,6 @@ class CentroidSync(FederatedCallback):
     def __init__(self) -> None:
         self.centroids: Tensor | None = None
         self.counts: Tensor | None = None
-
-    def on_client_fit_start(self, trainer: Any, round_idx: int, client_id: str, module: LightningModule) -> None:
-        """Hand the client's training batches to the module."""
-        attach_training_batches(trainer, client_id, module)
 
     def on_aggregate_end(self, trainer: Any, round_idx: int, server_state: Any, updates: list[Any]) -> None:
         """Aggregate the round's centroids and put them in the broadcast statistics."""

@@ -7,11 +7,9 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-from lightning.pytorch import LightningModule
 from torch import Tensor
 
 from fedhet.callbacks.base import FederatedCallback
-from fedhet.callbacks.centroid_sync import attach_training_batches
 from fedhet.functional.head_mixing import combination_weights, mix_heads
 
 
@@ -38,10 +36,6 @@ class HeadMixing(FederatedCallback):
         self.client_ids: list[str] = []
         self.recorded: dict[int, Tensor] = {}
         self.solve_seconds = 0.0
-
-    def on_client_fit_start(self, trainer: Any, round_idx: int, client_id: str, module: LightningModule) -> None:
-        """Hand the client's training batches to the module."""
-        attach_training_batches(trainer, client_id, module)
 
     def on_aggregate_end(self, trainer: Any, round_idx: int, server_state: Any, updates: list[Any]) -> None:
         """One QP per participant; mixed heads into ``server_state.per_client``."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Iterable, Mapping
 from fnmatch import fnmatchcase
 from typing import Any
 
@@ -34,6 +34,7 @@ class FederatedModule(LightningModule):
     def __init__(self) -> None:
         super().__init__()
         self.client_spec: ClientSpec | None = None
+        self.local_train_loader: Iterable | None = None
 
     # ---------------------------------------------------------------- the client
     def setup_client(self, spec: ClientSpec) -> None:
@@ -85,6 +86,18 @@ class FederatedModule(LightningModule):
     def configure_aggregator(self) -> Aggregator:
         """How the server combines the shared parameters: a sample-weighted mean by default."""
         return WeightedMean()
+
+    def train_batches(self) -> Iterable:
+        """The client's training batches: given by the federation engine for local training, else the Trainer's.
+
+        Methods that take statistics over the local data (e.g. FedPAC's head statistics before training) read them
+        here, under the engine and under a plain ``lightning.Trainer`` alike.
+        """
+        if self.local_train_loader is not None:
+            return self.local_train_loader
+        if self._trainer is not None:
+            return self.trainer.train_dataloader
+        raise RuntimeError(f"{type(self).__name__} has no training batches outside local training")
 
     # ---------------------------------------------------------------- local schedule
     def local_phases(self) -> list[LocalPhase]:

@@ -108,7 +108,6 @@ class FedPAC(FedRep):
         self.head_lr = head_lr
         self.network = network
         self.mix_threshold = mix_threshold
-        self.statistics_loader: Iterable | None = None
         """The client's training batches for the statistics passes; set by the callbacks under the engine."""
         self._phase: str | None = None
         self._upload: dict[str, Tensor] = {}
@@ -178,17 +177,6 @@ class FedPAC(FedRep):
         return loss
 
     # ---------------------------------------------------------------- statistics
-    def _loader(self) -> Iterable:
-        if self.statistics_loader is not None:
-            return self.statistics_loader
-        if self._trainer is not None:
-            return self.trainer.train_dataloader
-        raise RuntimeError(
-            "FedPAC needs the client's training batches for its statistics: run it under a lightning.Trainer, or"
-            " under the FederatedTrainer with its CentroidSync/HeadMixing callbacks (configure_callbacks), or set"
-            " module.statistics_loader"
-        )
-
     @torch.no_grad()
     def class_sums(self, loader: Iterable) -> tuple[Tensor, Tensor, Tensor]:
         """One body pass over ``loader``: class counts ``(K,)``, feature sums ``(K, d)``, square norms ``(K,)``."""
@@ -210,7 +198,7 @@ class FedPAC(FedRep):
         self._own_centroids = None
         if not (self.feature_alignment or self.classifier_collaboration):
             return
-        counts, sums, squares = self.class_sums(self._loader())
+        counts, sums, squares = self.class_sums(self.train_batches())
         self._own_centroids = sums / counts.clamp_min(1).unsqueeze(1)
         if self.classifier_collaboration:
             h, v = head_statistics(counts, sums, squares)
@@ -221,7 +209,7 @@ class FedPAC(FedRep):
         """Local centroids of the trained body, and the trained head for mixing; then unfreeze everything."""
         super().on_train_end()
         if self.feature_alignment:
-            counts, sums, _ = self.class_sums(self._loader())
+            counts, sums, _ = self.class_sums(self.train_batches())
             self._upload[CENTROIDS] = sums / counts.clamp_min(1).unsqueeze(1)
             self._upload[COUNTS] = counts
         if self.classifier_collaboration:

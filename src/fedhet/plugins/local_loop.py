@@ -95,6 +95,7 @@ def run_local_training(
         module.train()
     move = fabric.device.type != "cpu"  # in-memory CPU batches need no per-step device dispatch on a CPU run
     losses: list[torch.Tensor] = []
+    module.local_train_loader = loader  # the module's statistics passes see the same batches (train_batches())
     module.on_train_start()
     for phase in phases:
         module.set_local_phase(phase)
@@ -112,6 +113,7 @@ def run_local_training(
             losses.append(loss.detach())
     module.set_local_phase(None)
     module.on_train_end()
+    module.local_train_loader = None
     mean_loss = torch.stack(losses).float().mean().item() if losses else 0.0
     metrics = {"loss": mean_loss, "steps": float(len(losses))}
     return metrics, optimizer.state_dict() if keep_optimizer_state else None
