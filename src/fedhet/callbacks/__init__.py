@@ -2,7 +2,8 @@
 
 from fedhet.callbacks.base import FederatedCallback
 from fedhet.callbacks.centroid_sync import CentroidSync
+from fedhet.callbacks.dictionary_averaging import DictionaryAveraging
 from fedhet.callbacks.head_mixing import HeadMixing
 from fedhet.callbacks.progress import RichRoundProgress
 
-__all__ = ["CentroidSync", "FederatedCallback", "HeadMixing", "RichRoundProgress"]
+__all__ = ["CentroidSync", "DictionaryAveraging", "FederatedCallback", "HeadMixing", "RichRoundProgress"]

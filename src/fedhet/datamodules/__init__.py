@@ -8,6 +8,7 @@ from fedhet.datamodules.datasets import (
     MultipleFeaturesFederation,
 )
 from fedhet.datamodules.digits import DigitsFederation
+from fedhet.datamodules.domains import DigitsDomains, DigitsTransformDomains, RotatedBlobsDomains
 from fedhet.datamodules.federated import FederatedDataModule
 from fedhet.datamodules.partitioned import PartitionedFederation
 from fedhet.datamodules.spec import ClientSpec
@@ -18,14 +19,17 @@ __all__ = [
     "ClientDataModule",
     "ClientSpec",
     "CovertypeFederation",
+    "DigitsDomains",
     "DigitsFamilyFederation",
     "DigitsFederation",
+    "DigitsTransformDomains",
     "FederatedDataModule",
     "HeartFederation",
     "LinearMappingToy",
     "MultipleFeaturesFederation",
     "NoisyFeaturesToy",
     "PartitionedFederation",
+    "RotatedBlobsDomains",
     "TensorBatchLoader",
     "TensorPairDataset",
     "collate_batched",

@@ -8,6 +8,13 @@ from fedhet.functional.centroids import (
     feature_alignment_loss,
     head_statistics,
 )
+from fedhet.functional.dictionary import (
+    class_balanced_indices,
+    dictionary_loss,
+    ensemble_probabilities,
+    fit_softmax_regression,
+    init_dictionary,
+)
 from fedhet.functional.feature_spaces import add_noise_features, prune_features, random_linear_map, resample_images
 from fedhet.functional.head_mixing import (
     collaboration_matrix,
@@ -30,6 +37,13 @@ from fedhet.functional.partition import (
     split_indices,
 )
 from fedhet.functional.tabular_metrics import balanced_accuracy, binary_auprc, binary_auroc, one_vs_rest
+from fedhet.functional.wasserstein import (
+    ground_cost,
+    squared_distances,
+    transport_plan,
+    wasserstein_barycenter,
+    wasserstein_cost,
+)
 
 __all__ = [
     "HybridPartition",
@@ -38,17 +52,23 @@ __all__ = [
     "balanced_accuracy",
     "binary_auprc",
     "binary_auroc",
+    "class_balanced_indices",
     "class_centroids",
     "class_feature_sums",
     "collaboration_matrix",
     "combination_weights",
+    "dictionary_loss",
     "dirichlet_label_skew",
     "dominant_class_sets",
     "dominant_class_skew",
+    "ensemble_probabilities",
     "feature_alignment_loss",
+    "fit_softmax_regression",
     "grid_blocks",
+    "ground_cost",
     "head_statistics",
     "hybrid_partition",
+    "init_dictionary",
     "mix_heads",
     "one_vs_rest",
     "permute_labels_by_group",
@@ -61,5 +81,9 @@ __all__ = [
     "shard_label_skew",
     "solve_simplex_qp",
     "split_indices",
+    "squared_distances",
+    "transport_plan",
+    "wasserstein_barycenter",
+    "wasserstein_cost",
     "weighted_mean",
 ]

@@ -3,12 +3,14 @@
 from fedhet.modules.base import FederatedModule
 from fedhet.modules.baselines import FedAvg, FedRep, LocalOnly
 from fedhet.modules.classifier import FederatedClassifier
+from fedhet.modules.feddadil import FedDaDiL
 from fedhet.modules.fedpac import FedPAC
 from fedhet.modules.fedpac_nets import FedPACNet
 from fedhet.modules.global_layers import GlobalLayers
 
 __all__ = [
     "FedAvg",
+    "FedDaDiL",
     "FedPAC",
     "FedPACNet",
     "FedRep",

@@ -1,0 +1,400 @@
+r"""FedDaDiL: federated dataset dictionary learning in Wasserstein space for multi-source domain adaptation.
+
+E. F. Montesuma, F. Espinoza Castellon, F. N. Mboula, A. Mayoue, A. Souloumiac, C. Gouy-Pailler, "Dataset Dictionary
+Learning in a Wasserstein Space for Federated Domain Adaptation", 2024. Each client is a domain: labelled sources and
+one unlabelled target. Step 1 is plain FedAvg of an encoder and a linear head on the sources
+(:class:`~fedhet.modules.FedAvg` with uniform averaging, the target left out); step 2 (this module) learns, on the
+frozen encoder's features, a dictionary of :math:`K` labelled atoms shared by every client and one private vector of
+barycentric coordinates :math:`\alpha_\ell \in \Delta_K` per client, so that each client's data is close to the
+Wasserstein barycenter :math:`B(\alpha_\ell; P)`. The server averages the clients' atom versions
+(:class:`~fedhet.callbacks.DictionaryAveraging`); :math:`\alpha_\ell` never leaves its client. The target is labelled
+from its barycenter (DaDiL-R) or by per-atom classifiers mixed by its coordinates (DaDiL-E).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal, NamedTuple
+
+import torch
+import torch.nn.functional as F
+from lightning.pytorch import Callback
+from torch import Tensor, nn
+from torchmetrics import MetricCollection
+from torchmetrics.classification import MulticlassAccuracy
+
+from fedhet.datamodules.spec import ClientSpec
+from fedhet.functional.dictionary import (
+    class_balanced_indices,
+    dictionary_loss,
+    ensemble_probabilities,
+    fit_softmax_regression,
+    init_dictionary,
+)
+from fedhet.functional.head_mixing import project_simplex
+from fedhet.functional.wasserstein import Solver, wasserstein_barycenter
+from fedhet.modules.base import FederatedModule
+from fedhet.modules.blocks import mlp
+from fedhet.plugins.protocols import LocalPhase
+
+#: what a client uploads (its atom version) and what the server broadcasts (the global dictionary)
+ATOM_NAMES = ("dadil/atom_features", "dadil/atom_labels")
+GLOBAL_NAMES = ("dadil/global_atom_features", "dadil/global_atom_labels")
+#: logit of the true class in the initial atom labels of the softmax parametrisation (softmax(10) is ~1 - 4e-4 c)
+LABEL_LOGIT = 10.0
+
+
+class _Labellers(NamedTuple):
+    """The target-labelling classifiers: one per atom (DaDiL-E) and one on the reconstruction (DaDiL-R)."""
+
+    atom_weights: Tensor  # (K, c, d)
+    atom_biases: Tensor  # (K, c)
+    weight: Tensor  # (c, d)
+    bias: Tensor  # (c,)
+
+
+def load_step1_state(path: str | Path) -> dict[str, Tensor]:
+    """The ``body.*`` and ``head.*`` tensors of a step-1 model: a fedhet checkpoint (server state) or a state dict.
+
+    Args:
+        path: a ``FederatedTrainer`` checkpoint (e.g. ``<root>/checkpoints/last.ckpt`` of a FedAvg run) or a file
+            holding a ``state_dict`` saved with ``torch.save``.
+
+    Returns:
+        the encoder (``body.*``) and head (``head.*``) tensors, keyed by their names in
+        :class:`~fedhet.modules.FederatedClassifier`.
+
+    """
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    if "server" in state:
+        state = state["server"]["shared"]
+    return {name: value for name, value in state.items() if name.startswith(("body.", "head."))}
+
+
+class FedDaDiL(FederatedModule):
+    r"""FedDaDiL's client (paper Alg. 2): private coordinates, a local version of the shared atoms, a frozen encoder.
+
+    Features are :math:`z = \phi(x)`, with :math:`\phi` the MLP body of the step-1 FedAvg model (``hidden_dims`` and
+    ``encoder_checkpoint``; no hidden layers and no checkpoint: the flattened inputs themselves). Atoms are
+    :math:`(Z_k, Y_k)` with :math:`Z` of shape ``(K, n, d)`` and soft labels :math:`Y` of shape ``(K, n, c)``, drawn
+    from ``atom_seed`` so that every client starts from the same dictionary; the coordinates start at :math:`1/K`.
+
+    Local round: ``atom_epochs`` passes over the atoms in ``ceil(n / batch_size)`` mini-batches (one permutation of
+    the support indices per pass, shared by all atoms). Each step draws a client mini-batch — class-balanced,
+    ``batch_size // c`` per present class with replacement, for a source; ``batch_size`` uniform rows for the target —
+    computes the barycenter of the atom mini-batches with as many points, and descends the transport cost between
+    them (labelled for a source, features only for the target) in the atoms and :math:`\alpha`, plans held fixed. After
+    every step :math:`\alpha` and the label rows are projected onto their simplices (``parametrisation="projection"``)
+    or are kept as logits of a softmax (``"softmax"``). Uploads: the atom version only (``ATOM_NAMES``); ``shared`` is
+    empty, :math:`\alpha`, the encoder and the data stay personal.
+
+    Evaluation of a client (any client; for the target this is the method's output): ``acc_e`` (DaDiL-E: one softmax
+    regression per atom, mixed by :math:`\alpha`), ``acc_r`` (DaDiL-R: softmax regression on the labelled barycenter of
+    the full atoms, :math:`n` points), ``acc`` (the one named by ``labelling``) and, with a step-1 head in the
+    checkpoint, ``acc_source_only`` (the step-1 FedAvg model unchanged: the no-adaptation baseline).
+
+    Args:
+        num_atoms: :math:`K`.
+        atom_size: :math:`n`, points per atom (a multiple of the number of classes keeps the initial labels balanced).
+        batch_size: :math:`n_b`, atom and client mini-batch size.
+        atom_epochs: :math:`E`, passes over the atoms per round.
+        target: client id of the unlabelled target (its labels are only used to evaluate); ``None``: all labelled.
+        hidden_dims: hidden widths of the step-1 MLP encoder (empty: features are the flattened inputs).
+        encoder_checkpoint: step-1 model (see :func:`load_step1_state`); required when ``hidden_dims`` is not empty.
+        labelling: ``"e"`` or ``"r"``, the labelling reported as ``acc``.
+        optimizer: ``"adam"`` or ``"sgd"`` (a fresh state every round).
+        lr: learning rate of atoms and coordinates.
+        beta: weight of the label term of the ground cost; ``None`` adapts it to the largest feature cost.
+        solver: ``"emd"`` (exact) or ``"sinkhorn"``.
+        reg: Sinkhorn regularisation (relative to the largest cost).
+        barycenter_iters: fixed-point iterations of each barycenter.
+        barycenter_tol: their tolerance.
+        parametrisation: ``"projection"`` (projected steps) or ``"softmax"`` (logits) for coordinates and labels.
+        atom_seed: seed of the initial dictionary and of the reconstruction's initial support.
+        classifier_weight_decay: L2 penalty of the labelling classifiers.
+        aggregation: rule of :class:`~fedhet.callbacks.DictionaryAveraging`: ``"avg"``, ``"weighted"`` or
+            ``"random"``.
+
+    """
+
+    shared = ()
+
+    def __init__(
+        self,
+        num_atoms: int = 3,
+        atom_size: int = 200,
+        batch_size: int = 50,
+        atom_epochs: int = 1,
+        target: str | None = None,
+        hidden_dims: Sequence[int] = (),
+        encoder_checkpoint: str | None = None,
+        labelling: Literal["e", "r"] = "r",
+        optimizer: Literal["adam", "sgd"] = "adam",
+        lr: float = 0.1,
+        beta: float | None = None,
+        solver: Solver = "emd",
+        reg: float = 0.05,
+        barycenter_iters: int = 10,
+        barycenter_tol: float = 1e-9,
+        parametrisation: Literal["projection", "softmax"] = "projection",
+        atom_seed: int = 0,
+        classifier_weight_decay: float = 1e-3,
+        aggregation: Literal["avg", "weighted", "random"] = "avg",
+    ) -> None:
+        super().__init__()
+        for name, value in (("num_atoms", num_atoms), ("atom_size", atom_size), ("batch_size", batch_size)):
+            if value < 1:
+                raise ValueError(f"FedDaDiL: field '{name}' must be at least 1, got {value}")
+        for name, value, allowed in (
+            ("labelling", labelling, ("e", "r")),
+            ("optimizer", optimizer, ("adam", "sgd")),
+            ("solver", solver, ("emd", "sinkhorn")),
+            ("parametrisation", parametrisation, ("projection", "softmax")),
+            ("aggregation", aggregation, ("avg", "weighted", "random")),
+        ):
+            if value not in allowed:
+                raise ValueError(f"FedDaDiL: field '{name}' must be one of {allowed}, got {value!r}")
+        if atom_epochs < 1 or barycenter_iters < 1:
+            raise ValueError("FedDaDiL: fields 'atom_epochs' and 'barycenter_iters' must be at least 1")
+        if lr <= 0 or (beta is not None and beta < 0):
+            raise ValueError(f"FedDaDiL: field 'lr' must be positive and 'beta' non-negative, got {lr}, {beta}")
+        if hidden_dims and encoder_checkpoint is None:
+            raise ValueError("FedDaDiL: field 'hidden_dims' describes a step-1 encoder; give its 'encoder_checkpoint'")
+        self.save_hyperparameters()
+        self.num_atoms = num_atoms
+        self.atom_size = atom_size
+        self.batch_size = batch_size
+        self.atom_epochs = atom_epochs
+        self.target = target
+        self.hidden_dims = tuple(hidden_dims)
+        self.encoder_checkpoint = encoder_checkpoint
+        self.labelling = labelling
+        self.optimizer_name = optimizer
+        self.lr = lr
+        self.beta = beta
+        self.solver = solver
+        self.reg = reg
+        self.barycenter_iters = barycenter_iters
+        self.barycenter_tol = barycenter_tol
+        self.parametrisation = parametrisation
+        self.atom_seed = atom_seed
+        self.classifier_weight_decay = classifier_weight_decay
+        self.aggregation = aggregation
+        self._data: tuple[Tensor, Tensor] | None = None
+        self._order: Tensor | None = None
+        self._step = 0
+        self._labellers: _Labellers | None = None
+
+    # ---------------------------------------------------------------- layers
+    def configure_model(self) -> None:
+        """The frozen encoder (and step-1 head), the atoms, the coordinates and the metrics (once)."""
+        if hasattr(self, "atom_features"):
+            return
+        spec = self.spec
+        c = spec.num_classes
+        self.body, width = mlp(spec.input_dim, self.hidden_dims)
+        self.head: nn.Linear | None = None
+        if self.encoder_checkpoint is not None:
+            state = load_step1_state(self.encoder_checkpoint)
+            if "head.weight" in state:
+                self.head = nn.Linear(width, c)
+            missing = self.load_state_dict(state, strict=False).missing_keys
+            if any(name.startswith(("body.", "head.")) for name in missing):
+                raise ValueError(
+                    f"FedDaDiL: {self.encoder_checkpoint!r} does not hold an MLP encoder of hidden_dims"
+                    f" {list(self.hidden_dims)} for client '{spec.client_id}' (missing {missing})"
+                )
+        for param in self.body.parameters():
+            param.requires_grad_(False)
+        z, y = init_dictionary(self.num_atoms, self.atom_size, width, c, torch.Generator().manual_seed(self.atom_seed))
+        softmax = self.parametrisation == "softmax"
+        self.atom_features = nn.Parameter(z)
+        self.atom_labels = nn.Parameter(y * LABEL_LOGIT if softmax else y)
+        self.coordinates = nn.Parameter(
+            torch.zeros(self.num_atoms) if softmax else torch.full((self.num_atoms,), 1 / self.num_atoms)
+        )
+        local = {"sync_on_compute": False}
+        names = ["acc", "acc_e", "acc_r"] + (["acc_source_only"] if self.head is not None else [])
+        metrics = MetricCollection({name: MulticlassAccuracy(c, average="micro", **local) for name in names})
+        self.val_metrics = metrics
+        self.test_metrics = metrics.clone()
+
+    def setup_client(self, spec: ClientSpec) -> None:
+        """Remember the client (the labelling classifiers of the previous one no longer apply)."""
+        super().setup_client(spec)
+        self._labellers = None
+
+    @property
+    def labelled(self) -> bool:
+        """Whether this client's labels take part in training (every client but the target)."""
+        return self.spec.client_id != self.target
+
+    def alpha(self) -> Tensor:
+        r"""The barycentric coordinates :math:`\alpha \in \Delta_K`, shape ``(K,)``."""
+        return torch.softmax(self.coordinates, 0) if self.parametrisation == "softmax" else self.coordinates
+
+    def atom_probabilities(self) -> Tensor:
+        """The atoms' soft labels, shape ``(K, n, c)``, rows in the simplex."""
+        return torch.softmax(self.atom_labels, -1) if self.parametrisation == "softmax" else self.atom_labels
+
+    @torch.no_grad()
+    def features(self, x: Tensor) -> Tensor:
+        """Encoder features, shape ``(B, d)``, of inputs of shape ``(B, *input_shape)``."""
+        return self.body(x)
+
+    def configure_callbacks(self) -> list[Callback]:
+        """The server step: :class:`~fedhet.callbacks.DictionaryAveraging` with the configured rule."""
+        from fedhet.callbacks.dictionary_averaging import DictionaryAveraging
+
+        return [DictionaryAveraging(rule=self.aggregation)]
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        """Adam or SGD over atoms and coordinates; with projection, every step ends on the simplices."""
+        params = [self.atom_features, self.atom_labels, self.coordinates]
+        if self.optimizer_name == "adam":
+            optimizer: torch.optim.Optimizer = torch.optim.Adam(params, lr=self.lr)
+        else:
+            optimizer = torch.optim.SGD(params, lr=self.lr)
+        if self.parametrisation == "projection":
+            optimizer.register_step_post_hook(lambda *_: self._project())
+        return optimizer
+
+    @torch.no_grad()
+    def _project(self) -> None:
+        self.coordinates.copy_(project_simplex(self.coordinates))
+        self.atom_labels.copy_(project_simplex(self.atom_labels))
+
+    # ---------------------------------------------------------------- local schedule
+    def local_phases(self) -> list[LocalPhase]:
+        """``atom_epochs`` passes over the atoms in mini-batches of ``batch_size``; the encoder stays frozen."""
+        steps = self.atom_epochs * math.ceil(self.atom_size / self.batch_size)
+        return [LocalPhase("dictionary", trainable=("atom_*", "coordinates"), steps=steps)]
+
+    def on_train_start(self) -> None:
+        """Encode the client's training data once per round (the encoder is frozen)."""
+        features, labels = [], []
+        for x, y in self.train_batches():
+            features.append(self.features(x.to(self.device)))
+            labels.append(y.to(self.device))
+        self._data = (torch.cat(features), torch.cat(labels))
+        self._step = 0
+        self._labellers = None
+
+    def on_train_end(self) -> None:
+        """Drop the cached features; the dictionary changed, so do the labelling classifiers."""
+        super().on_train_end()
+        self._data = None
+        self._labellers = None
+
+    def training_step(self, batch: Any, batch_idx: int) -> Tensor:
+        """One DaDiL step on the next atom mini-batch and a fresh client mini-batch (the loader only paces steps)."""
+        if self._data is None:
+            raise RuntimeError("FedDaDiL: training_step before on_train_start encoded the client's data")
+        z_all, y_all = self._data
+        per_pass = math.ceil(self.atom_size / self.batch_size)
+        position = self._step % per_pass
+        if position == 0:
+            self._order = torch.randperm(self.atom_size, device=self.device)
+        self._step += 1
+        atoms = self._order[position * self.batch_size : (position + 1) * self.batch_size]
+        c = self.spec.num_classes
+        if self.labelled:
+            rows = class_balanced_indices(y_all, c, max(1, self.batch_size // c))
+            y = F.one_hot(y_all[rows], c).to(z_all.dtype)
+        else:
+            rows = torch.randperm(len(z_all), device=self.device)[: self.batch_size]
+            y = None
+        loss = dictionary_loss(
+            z_all[rows],
+            self.atom_features[:, atoms],
+            self.atom_probabilities()[:, atoms],
+            self.alpha(),
+            y,
+            n_iter=self.barycenter_iters,
+            tol=self.barycenter_tol,
+            beta=self.beta,
+            solver=self.solver,
+            reg=self.reg,
+        )
+        self.log("train/loss", loss, prog_bar=True)
+        return loss
+
+    # ---------------------------------------------------------------- what leaves the client
+    def client_statistics(self) -> dict[str, Tensor]:
+        r"""The client's atom version: features ``(K, n, d)`` and labels ``(K, n, c)``; never :math:`\alpha`."""
+        return {ATOM_NAMES[0]: self.atom_features.detach(), ATOM_NAMES[1]: self.atom_labels.detach()}
+
+    def receive_statistics(self, statistics: Mapping[str, Tensor]) -> None:
+        """Replace the local atom version with the server's global dictionary."""
+        if GLOBAL_NAMES[0] not in statistics:
+            return
+        with torch.no_grad():
+            self.atom_features.copy_(statistics[GLOBAL_NAMES[0]])
+            self.atom_labels.copy_(statistics[GLOBAL_NAMES[1]])
+        self._labellers = None
+
+    # ---------------------------------------------------------------- labelling and evaluation
+    def labellers(self) -> _Labellers:
+        """DaDiL-E's per-atom classifiers and DaDiL-R's classifier on the reconstruction, fitted once per dictionary."""
+        if self._labellers is None:
+            atoms_z, atoms_y = self.atom_features.detach(), self.atom_probabilities().detach()
+            fits = [
+                fit_softmax_regression(z, y, self.classifier_weight_decay)
+                for z, y in zip(atoms_z, atoms_y, strict=True)
+            ]
+            support_z, support_y = self.reconstruct()
+            weight, bias = fit_softmax_regression(support_z, support_y, self.classifier_weight_decay)
+            self._labellers = _Labellers(
+                torch.stack([w for w, _ in fits]), torch.stack([b for _, b in fits]), weight, bias
+            )
+        return self._labellers
+
+    def reconstruct(self, support_size: int | None = None) -> tuple[Tensor, Tensor]:
+        r"""The client's labelled barycenter :math:`B(\alpha; P)` with ``support_size`` points (default :math:`n`)."""
+        support_z, support_y = wasserstein_barycenter(
+            self.atom_features.detach(),
+            self.alpha().detach(),
+            self.atom_probabilities().detach(),
+            support_size or self.atom_size,
+            n_iter=self.barycenter_iters,
+            tol=self.barycenter_tol,
+            beta=self.beta,
+            solver=self.solver,
+            reg=self.reg,
+            generator=torch.Generator().manual_seed(self.atom_seed),
+        )
+        return support_z, support_y
+
+    def _evaluation_step(self, batch: tuple[Tensor, Tensor], stage: str) -> None:
+        x, y = batch
+        z = self.features(x)
+        labellers = self.labellers()
+        ensemble = ensemble_probabilities(z, labellers.atom_weights, labellers.atom_biases, self.alpha().detach())
+        reconstruction = z @ labellers.weight.T + labellers.bias
+        metrics = self.evaluation_metrics(stage)
+        metrics["acc_e"].update(ensemble, y)
+        metrics["acc_r"].update(reconstruction, y)
+        metrics["acc"].update(ensemble if self.labelling == "e" else reconstruction, y)
+        if self.head is not None:
+            metrics["acc_source_only"].update(self.head(z), y)
+        self.log_dict({f"{stage}/{name}": metric for name, metric in metrics.items()}, on_epoch=True)
+
+    def on_validation_start(self) -> None:
+        """Under a plain Trainer: refit the labelling classifiers for the current dictionary."""
+        self._labellers = None
+
+    on_test_start = on_validation_start
+
+    def validation_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
+        """Update the validation metrics."""
+        self._evaluation_step(batch, "val")
+
+    def test_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
+        """Update the test metrics."""
+        self._evaluation_step(batch, "test")
+
+    def evaluation_metrics(self, stage: str) -> MetricCollection:
+        """The accuracies of ``stage`` (see the class docstring)."""
+        return self.val_metrics if stage == "val" else self.test_metrics
