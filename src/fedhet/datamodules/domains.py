@@ -153,6 +153,8 @@ class DigitsDomains(_DomainFederation):
         target: client id of the target domain (``None``: no target).
         include_target: keep the target client.
         grid: the common image size ``(H, W)``.
+        crop_mnist: drop MNIST's 4-pixel empty margin first (its digits fill a 20x20 box; the other sources' digits
+            fill their frame), so that the domains differ in writers and resolution rather than in framing.
         max_samples: keep at most this many samples of a source (a random subset; ``None``: all).
         val_fraction: share of each client's samples held out for validation.
         test_fraction: share held out for testing.
@@ -168,6 +170,7 @@ class DigitsDomains(_DomainFederation):
         target: str | None = "mnist5k",
         include_target: bool = True,
         grid: Sequence[int] = (16, 16),
+        crop_mnist: bool = True,
         max_samples: int | None = None,
         val_fraction: float = 0.0,
         test_fraction: float = 0.25,
@@ -189,6 +192,8 @@ class DigitsDomains(_DomainFederation):
         for index, source in enumerate(config.sources):
             data = load_digit_source(source)
             x, y = data.x, data.y
+            if source == "mnist5k" and config.crop_mnist:
+                x = x[..., 4:24, 4:24]
             if config.max_samples is not None and len(x) > config.max_samples:
                 rows = np.random.default_rng(derived_seed(config.seed, 100 + index)).permutation(len(x))
                 rows = torch.from_numpy(np.sort(rows[: config.max_samples]))

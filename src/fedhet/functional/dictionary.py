@@ -145,20 +145,20 @@ def fit_softmax_regression(
         [0, 0, 1, 1]
 
     """
-    z, y = z.detach(), y.detach()
-    mean, std = z.mean(0), z.std(0, unbiased=False).clamp_min(1e-6)
-    x = (z - mean) / std
-    weight = torch.zeros(y.shape[1], z.shape[1], dtype=z.dtype, device=z.device, requires_grad=True)
-    bias = torch.zeros(y.shape[1], dtype=z.dtype, device=z.device, requires_grad=True)
-    optimizer = torch.optim.LBFGS([weight, bias], max_iter=max_iter, line_search_fn="strong_wolfe")
+    with torch.inference_mode(False), torch.enable_grad():  # also when called from an evaluation loop
+        z, y = z.detach().clone(), y.detach().clone()
+        mean, std = z.mean(0), z.std(0, unbiased=False).clamp_min(1e-6)
+        x = (z - mean) / std
+        weight = torch.zeros(y.shape[1], z.shape[1], dtype=z.dtype, device=z.device, requires_grad=True)
+        bias = torch.zeros(y.shape[1], dtype=z.dtype, device=z.device, requires_grad=True)
+        optimizer = torch.optim.LBFGS([weight, bias], max_iter=max_iter, line_search_fn="strong_wolfe")
 
-    def closure() -> Tensor:
-        optimizer.zero_grad()
-        loss = F.cross_entropy(x @ weight.T + bias, y) + weight_decay * weight.pow(2).sum()
-        loss.backward()
-        return loss
+        def closure() -> Tensor:
+            optimizer.zero_grad()
+            loss = F.cross_entropy(x @ weight.T + bias, y) + weight_decay * weight.pow(2).sum()
+            loss.backward()
+            return loss
 
-    with torch.enable_grad():
         optimizer.step(closure)
     weight, bias = weight.detach() / std, bias.detach()
     return weight, bias - weight @ mean

@@ -77,7 +77,7 @@ def transport_plan(cost: Tensor, solver: Solver = "emd", reg: float = 0.05, max_
     Exact EMD solves the linear program :math:`\min_{\gamma \in \Gamma} \langle \gamma, C \rangle` with
     :math:`\Gamma = \{\gamma \ge 0: \gamma 1 = 1/n, \gamma^\top 1 = 1/m\}` (``ot.emd``); ``"sinkhorn"`` adds the
     entropic term :math:`\text{reg} \cdot \langle \gamma, \log \gamma \rangle` on the cost divided by its maximum
-    (``ot.sinkhorn``, log domain), as the DaDiL reference code's Sinkhorn option does.
+    (``ot.sinkhorn``, log-stabilised scaling), as the DaDiL reference code's Sinkhorn option does.
 
     Args:
         cost: shape ``(n, m)``.
@@ -101,7 +101,7 @@ def transport_plan(cost: Tensor, solver: Solver = "emd", reg: float = 0.05, max_
         plan = ot.emd(a, b, matrix, numItermax=max_iter or 100_000)
     elif solver == "sinkhorn":
         scale = matrix.max() if matrix.max() > 0 else 1.0
-        plan = ot.sinkhorn(a, b, matrix / scale, reg, method="sinkhorn_log", numItermax=max_iter or 1_000)
+        plan = ot.sinkhorn(a, b, matrix / scale, reg, method="sinkhorn_stabilized", numItermax=max_iter or 1_000)
     else:
         raise ValueError(f"transport_plan: solver must be 'emd' or 'sinkhorn', got {solver!r}")
     return torch.from_numpy(plan).to(device=cost.device, dtype=cost.dtype)
