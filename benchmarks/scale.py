@@ -6,7 +6,8 @@ What runs:
     round. FedRep keeps a **personal head** per client (``Linear(64, 10)``, 650 floats, 2.6 kB), so the engine's
     client state store grows with every client that has taken part; that is the memory a federation must hold. The
     clients are synthetic (16 standard-normal features, 10 classes, 20-40 training samples and 8 validation samples
-    each, one seeded generator), so the data's own size is known.
+    each, labelled by the arg-max of one fixed random linear map, one seeded generator), so the data's own size is
+    known.
 
 How it is measured:
     Each configuration runs in a fresh Python process (so that peak RSS is its own). In it: RSS after the imports and
@@ -73,13 +74,13 @@ def make_federation(num_clients: int, seed: int = 0):
     from fedhet.datamodules import FederatedDataModule
 
     gen = torch.Generator().manual_seed(seed)
+    teacher = torch.randn(NUM_FEATURES, NUM_CLASSES, generator=gen)  # labels are learnable: argmax of a linear map
     width = len(str(num_clients - 1))
     tensors = {}
     for i in range(num_clients):
         n = int(torch.randint(MIN_SAMPLES, MAX_SAMPLES + 1, (), generator=gen)) + NUM_VAL
         x = torch.randn(n, NUM_FEATURES, generator=gen)
-        y = torch.randint(0, NUM_CLASSES, (n,), generator=gen)
-        tensors[f"client_{i:0{width}d}"] = (x, y)
+        tensors[f"client_{i:0{width}d}"] = (x, (x @ teacher).argmax(1))
     federation = FederatedDataModule.from_tensors(
         tensors, num_classes=NUM_CLASSES, batch_size=32, val_fraction=NUM_VAL / (MIN_SAMPLES + NUM_VAL)
     )
@@ -101,7 +102,6 @@ def run_one(num_clients: int, rounds: int, fraction: float, budget_mb: float | N
     """One configuration in this process; returns its measurements."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from _common import quiet_trainer
-
     from fedhet.modules import FedRep
     from fedhet.plugins import UniformSampler
 
