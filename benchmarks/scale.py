@@ -12,7 +12,8 @@ What runs:
 How it is measured:
     Each configuration runs in a fresh Python process (so that peak RSS is its own). In it: RSS after the imports and
     a 2-round warm-up on 8 clients (``base``), RSS after the federation's tensors are built (``data``), the largest
-    RSS seen at the end of any training round (``train peak``, read from ``/proc/self/statm`` by a callback) and the
+    RSS seen at the end of any training round (``train peak``, read from ``/proc/self/statm`` by a callback, with the
+    number of client states and the bytes of those held in memory at that moment) and the
     process's peak RSS over the whole run including the final evaluation of every client (``ru_maxrss``). Rounds per
     second come from the engine's own ``time/round_s`` of rounds ``1 .. R-2`` (round 0 creates the first clients'
     states, the last evaluates). ``engine`` is ``train peak - data - state in memory``: what the engine holds beyond
@@ -52,7 +53,7 @@ COLUMNS = {
     "budget_mb": "state budget MB",
     "rounds_per_s": "rounds/s",
     "clients_per_s": "clients trained/s",
-    "states": "client states",
+    "states": "client states at train peak",
     "state_memory_mb": "state in memory MB",
     "spilled": "states on disk",
     "base_mb": "base RSS MB",
@@ -89,13 +90,21 @@ def make_federation(num_clients: int, seed: int = 0):
 
 
 class _RssProbe:
-    """A federation callback keeping the largest RSS seen at the end of a training round (before evaluation)."""
+    """Largest RSS at the end of a training round (before evaluation), and the client state in memory then."""
 
     def __init__(self) -> None:
         self.peak_mb = 0.0
+        self.state_mb = 0.0
+        self.states = 0
 
-    def on_aggregate_end(self) -> None:
-        self.peak_mb = max(self.peak_mb, rss_mb())
+    def on_aggregate_end(self, trainer) -> None:
+        rss = rss_mb()
+        if rss >= self.peak_mb:
+            store = trainer._store
+            in_memory = [store._memory[cid] for cid in list(store._memory)]
+            tensors = [t for state in in_memory for t in state.personal.values()]
+            self.peak_mb, self.states = rss, len(store)
+            self.state_mb = sum(t.numel() * t.element_size() for t in tensors) / 2**20
 
 
 def run_one(num_clients: int, rounds: int, fraction: float, budget_mb: float | None, root: Path) -> dict:
@@ -126,22 +135,19 @@ def run_one(num_clients: int, rounds: int, fraction: float, budget_mb: float | N
     steady = [h["time/round_s"] for h in trainer.history[1:-1]]
     participants = [h["clients/participants"] for h in trainer.history[1:-1]]
     store = trainer._store
-    state_mb = sum(t.numel() * t.element_size() for _, s in store.state_dicts() for t in s["personal"].values())
-    in_memory_mb = store.memory_bytes / 2**20 if budget_mb is not None else state_mb / 2**20
     return {
         "clients": num_clients,
         "budget_mb": "none" if budget_mb is None else budget_mb,
         "rounds": rounds,
         "rounds_per_s": round(len(steady) / sum(steady), 3),
         "clients_per_s": round(sum(participants) / sum(steady), 1),
-        "states": len(store),
-        "state_memory_mb": round(in_memory_mb, 2),
-        "state_total_mb": round(state_mb / 2**20, 2),
+        "states": probe.states,
+        "state_memory_mb": round(probe.state_mb, 2),
         "spilled": store.num_spilled,
         "base_mb": round(base, 1),
         "data_mb": round(data, 1),
         "train_peak_mb": round(probe.peak_mb, 1),
-        "engine_mb": round(probe.peak_mb - base - data - in_memory_mb, 1),
+        "engine_mb": round(probe.peak_mb - base - data - probe.state_mb, 1),
         "peak_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "fit_s": round(fit_s, 1),
         "val_acc_mean": round(trainer.history[-1].get("val/acc_mean", float("nan")), 4),
