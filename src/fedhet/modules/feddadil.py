@@ -189,7 +189,7 @@ class FedDaDiL(FederatedModule):
 
     # ---------------------------------------------------------------- layers
     def configure_model(self) -> None:
-        """The frozen encoder (and step-1 head), the atoms, the coordinates and the metrics (once)."""
+        """The frozen encoder (and step-1 head), the atoms and the coordinates (once)."""
         if hasattr(self, "atom_features"):
             return
         spec = self.spec
@@ -215,11 +215,6 @@ class FedDaDiL(FederatedModule):
         self.coordinates = nn.Parameter(
             torch.zeros(self.num_atoms) if softmax else torch.full((self.num_atoms,), 1 / self.num_atoms)
         )
-        local = {"sync_on_compute": False}
-        names = ["acc", "acc_e", "acc_r"] + (["acc_source_only"] if self.head is not None else [])
-        metrics = MetricCollection({name: MulticlassAccuracy(c, average="micro", **local) for name in names})
-        self.val_metrics = metrics
-        self.test_metrics = metrics.clone()
 
     def setup_client(self, spec: ClientSpec) -> None:
         """Remember the client (the labelling classifiers of the previous one no longer apply)."""
@@ -379,7 +374,6 @@ class FedDaDiL(FederatedModule):
         metrics["acc"].update(ensemble if self.labelling == "e" else reconstruction, y)
         if self.head is not None:
             metrics["acc_source_only"].update(self.head(z), y)
-        self.log_dict({f"{stage}/{name}": metric for name, metric in metrics.items()}, on_epoch=True)
 
     def on_validation_start(self) -> None:
         """Under a plain Trainer: refit the labelling classifiers for the current dictionary."""
@@ -395,6 +389,10 @@ class FedDaDiL(FederatedModule):
         """Update the test metrics."""
         self._evaluation_step(batch, "test")
 
-    def evaluation_metrics(self, stage: str) -> MetricCollection:
-        """The accuracies of ``stage`` (see the class docstring)."""
-        return self.val_metrics if stage == "val" else self.test_metrics
+    def configure_metrics(self, stage: str) -> MetricCollection:
+        """The accuracies of ``stage`` (see the class docstring), never reduced across processes."""
+        names = ["acc", "acc_e", "acc_r"] + (["acc_source_only"] if self.head is not None else [])
+        local = {"sync_on_compute": False}
+        return MetricCollection(
+            {name: MulticlassAccuracy(self.spec.num_classes, average="micro", **local) for name in names}
+        )
