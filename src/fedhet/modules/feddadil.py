@@ -206,8 +206,6 @@ class FedDaDiL(FederatedModule):
                     f"FedDaDiL: {self.encoder_checkpoint!r} does not hold an MLP encoder of hidden_dims"
                     f" {list(self.hidden_dims)} for client '{spec.client_id}' (missing {missing})"
                 )
-        for param in self.body.parameters():
-            param.requires_grad_(False)
         z, y = init_dictionary(self.num_atoms, self.atom_size, width, c, torch.Generator().manual_seed(self.atom_seed))
         softmax = self.parametrisation == "softmax"
         self.atom_features = nn.Parameter(z)
