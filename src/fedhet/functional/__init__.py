@@ -9,6 +9,7 @@ from fedhet.functional.centroids import (
     head_statistics,
 )
 from fedhet.functional.feature_spaces import add_noise_features, prune_features, random_linear_map, resample_images
+from fedhet.functional.gaussian import bures_sq, class_moments, gaussian_barycenter, gaussian_w2_sq, psd_sqrt
 from fedhet.functional.head_mixing import (
     collaboration_matrix,
     combination_weights,
@@ -36,16 +37,20 @@ __all__ = [
     "add_noise_features",
     "aggregate_centroids",
     "balanced_accuracy",
+    "bures_sq",
     "binary_auprc",
     "binary_auroc",
     "class_centroids",
     "class_feature_sums",
+    "class_moments",
     "collaboration_matrix",
     "combination_weights",
     "dirichlet_label_skew",
     "dominant_class_sets",
     "dominant_class_skew",
     "feature_alignment_loss",
+    "gaussian_barycenter",
+    "gaussian_w2_sq",
     "grid_blocks",
     "head_statistics",
     "hybrid_partition",
@@ -54,6 +59,7 @@ __all__ = [
     "permute_labels_by_group",
     "project_simplex",
     "prune_features",
+    "psd_sqrt",
     "quantity_skew",
     "random_linear_map",
     "repair_psd",
