@@ -30,6 +30,7 @@ from fedhet.functional.partition import (
     shard_label_skew,
     split_indices,
 )
+from fedhet.functional.representation_kernels import kernel_penalty, random_alignment_inputs
 from fedhet.functional.tabular_metrics import balanced_accuracy, binary_auprc, binary_auroc, one_vs_rest
 
 __all__ = [
@@ -53,6 +54,7 @@ __all__ = [
     "gaussian_w2_sq",
     "grid_blocks",
     "head_statistics",
+    "kernel_penalty",
     "hybrid_partition",
     "mix_heads",
     "one_vs_rest",
@@ -61,6 +63,7 @@ __all__ = [
     "prune_features",
     "psd_sqrt",
     "quantity_skew",
+    "random_alignment_inputs",
     "random_linear_map",
     "repair_psd",
     "resample_images",

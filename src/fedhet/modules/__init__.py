@@ -3,17 +3,23 @@
 from fedhet.modules.base import FederatedModule
 from fedhet.modules.baselines import FedAvg, FedRep, LocalOnly
 from fedhet.modules.classifier import FederatedClassifier
+from fedhet.modules.fedhenn import FedHeNN
 from fedhet.modules.fedpac import FedPAC
 from fedhet.modules.fedpac_nets import FedPACNet
+from fedhet.modules.flic import FLIC, HetFedRep, HetLocal
 from fedhet.modules.global_layers import GlobalLayers
 
 __all__ = [
+    "FLIC",
     "FedAvg",
+    "FedHeNN",
     "FedPAC",
     "FedPACNet",
     "FedRep",
     "FederatedClassifier",
     "FederatedModule",
     "GlobalLayers",
+    "HetFedRep",
+    "HetLocal",
     "LocalOnly",
 ]
