@@ -119,9 +119,7 @@ def test_local_schedule_and_its_code_switches():
     hl.set_round(3, rounds=5)
     assert [(p.name, p.epochs) for p in hl.local_phases()] == [("local", None), ("representation", 2)]
     hl.set_round(4, rounds=5)
-    assert [(p.name, p.epochs, p.trainable) for p in hl.local_phases()] == [
-        ("local", 10, ("body.embed.*", "head.*"))
-    ]
+    assert [(p.name, p.epochs, p.trainable) for p in hl.local_phases()] == [("local", 10, ("body.embed.*", "head.*"))]
     assert [p.name for p in built(client, variant="class").local_phases()] == ["local"]
 
 
