@@ -6,6 +6,7 @@ from fedhet.datamodules.datasets import (
     DigitsFamilyFederation,
     HeartFederation,
     MultipleFeaturesFederation,
+    SensorCovarianceFederation,
 )
 from fedhet.datamodules.digits import DigitsFederation
 from fedhet.datamodules.federated import FederatedDataModule
@@ -26,6 +27,7 @@ __all__ = [
     "MultipleFeaturesFederation",
     "NoisyFeaturesToy",
     "PartitionedFederation",
+    "SensorCovarianceFederation",
     "TensorBatchLoader",
     "TensorPairDataset",
     "collate_batched",

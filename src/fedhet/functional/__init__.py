@@ -31,6 +31,7 @@ from fedhet.functional.partition import (
     split_indices,
 )
 from fedhet.functional.representation_kernels import kernel_penalty, random_alignment_inputs
+from fedhet.functional.spd import tangent_vectors, trial_covariances
 from fedhet.functional.tabular_metrics import balanced_accuracy, binary_auprc, binary_auroc, one_vs_rest
 
 __all__ = [
@@ -70,5 +71,7 @@ __all__ = [
     "shard_label_skew",
     "solve_simplex_qp",
     "split_indices",
+    "tangent_vectors",
+    "trial_covariances",
     "weighted_mean",
 ]
