@@ -33,7 +33,8 @@ def test_w2_is_batched_and_matches_pot_per_pair():
     covs1 = torch.stack([random_spd(5, s) for s in range(4)]).float()
     covs2 = torch.stack([random_spd(5, 10 + s) for s in range(4)]).float()  # POT gives NaN on singular ones
     ours = gaussian_w2_sq(means1, psd_sqrt(covs1), means2, covs2)
-    assert ours.shape == (4,) and ours.dtype == torch.float32
+    assert ours.shape == (4,)
+    assert ours.dtype == torch.float32
     for i in range(4):
         pot = ot.gaussian.bures_wasserstein_distance(
             means1[i].double().numpy(), means2[i].double().numpy(), covs1[i].double().numpy(), covs2[i].double().numpy()
@@ -77,7 +78,8 @@ def test_class_moments_match_numpy():
             assert np.allclose(covs[c].numpy(), np.cov(rows, rowvar=False))
         else:
             assert torch.count_nonzero(covs[c]) == 0
-    assert torch.count_nonzero(means[2]) == 0 and torch.count_nonzero(means[4]) == 0
+    assert torch.count_nonzero(means[2]) == 0
+    assert torch.count_nonzero(means[4]) == 0
 
 
 def test_gradients_match_finite_differences():
@@ -105,7 +107,8 @@ def test_gradients_are_finite_on_rank_deficient_covariances():
     counts, means, covs = class_moments(z, y, 3)
     w2 = gaussian_w2_sq(torch.zeros(3, 64), torch.eye(64).expand(3, 64, 64), means, covs)
     w2.sum().backward()
-    assert torch.isfinite(w2).all() and torch.isfinite(z.grad).all()
+    assert torch.isfinite(w2).all()
+    assert torch.isfinite(z.grad).all()
     assert z.grad.abs().sum() > 0
 
 
@@ -142,4 +145,5 @@ def test_barycenter_matches_pot_fixed_point():
     # per class, batched: (clients, classes, k, k)
     both = torch.stack([covs, covs.flip(0)], 1)
     _, cov2 = gaussian_barycenter(torch.stack([means, means], 1), torch.stack([w, w.flip(0)], 1), both)
-    assert torch.allclose(cov2[0], cov, atol=1e-6) and torch.allclose(cov2[1], cov, atol=1e-6)
+    assert torch.allclose(cov2[0], cov, atol=1e-6)
+    assert torch.allclose(cov2[1], cov, atol=1e-6)

@@ -81,7 +81,8 @@ def test_pretraining_runs_once_at_the_first_participation_and_realignment_after(
     client = make_client("solo", 60, 1)
     module = built(client, realign_epochs=1)
     module.on_train_start()
-    assert bool(module.pretrained) and len(module.pretrain_history) == 2
+    assert bool(module.pretrained)
+    assert len(module.pretrain_history) == 2
     module.on_train_start()
     assert len(module.pretrain_history) == 1  # a later participation re-aligns for realign_epochs
     assert "pretrained" in module.personal_state_dict()
@@ -144,7 +145,8 @@ def test_learned_covariances_are_uploaded_as_lower_triangular_factors():
     stats = module.client_statistics()
     assert set(stats) == {ANCHOR_MEANS, ANCHOR_FACTORS}
     factors = stats[ANCHOR_FACTORS]
-    assert torch.equal(factors, factors.tril()) and (factors.diagonal(dim1=-2, dim2=-1) > 0).all()
+    assert torch.equal(factors, factors.tril())
+    assert (factors.diagonal(dim1=-2, dim2=-1) > 0).all()
     assert not torch.allclose(factors, torch.eye(8).expand(3, 8, 8))
 
 
@@ -195,7 +197,8 @@ def test_personal_embeddings_stay_in_the_client_store(tmp_path, tiny_federation)
     trainer = quiet(tmp_path, callbacks=[spy])
     trainer.fit(FLIC(**SHORT, variant="hl"), tiny_federation)
     personal = trainer._store["c"].personal
-    assert any(name.startswith("body.embed.") for name in personal) and "head.weight" in personal
+    assert any(name.startswith("body.embed.") for name in personal)
+    assert "head.weight" in personal
     uploaded = [t for u in spy.rounds[1] for t in [*u.shared.values(), *u.statistics.values()]]
     for name, value in personal.items():
         if value.is_floating_point() and value.numel() > 1:

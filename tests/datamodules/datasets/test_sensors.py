@@ -39,6 +39,8 @@ def test_invalid_arguments():
 def test_real_japanese_vowels_from_sktime():
     pytest.importorskip("sktime")
     trials, labels = sensors.load_sensor_series("japanese_vowels")
-    assert len(trials) == 640 and trials[0].shape[0] == 12 and set(labels.tolist()) == set(range(9))
+    assert len(trials) == 640
+    assert trials[0].shape[0] == 12
+    assert set(labels.tolist()) == set(range(9))
     federation = SensorCovarianceFederation(num_clients=4, seed=1)
     assert sum(spec.num_train + spec.num_test for spec in federation.specs.values()) == 640
