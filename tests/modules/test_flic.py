@@ -205,7 +205,7 @@ def test_personal_embeddings_stay_in_the_client_store(tmp_path, tiny_federation)
             assert not any(t.shape == value.shape and torch.equal(t, value) for t in uploaded), name
 
 
-@pytest.mark.parametrize("variant", ["class", "hl"])
+@pytest.mark.parametrize("variant", ["class", pytest.param("hl", marks=pytest.mark.slow)])
 def test_module_trains_one_client_under_a_plain_trainer(variant):
     client = make_client("solo", 120, 0, dim=5, val_fraction=0.2, test_fraction=0.2)
     module = FLIC(**{**SMALL, "pretrain_epochs": 3}, variant=variant, lr=1e-2)

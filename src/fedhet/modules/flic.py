@@ -176,11 +176,11 @@ class FLIC(FederatedClassifier):
             "anchor_variance": anchor_variance,
             "anchor_lr": anchor_lr,
             "pretrain_lr": pretrain_lr,
-            "anchor_samples": anchor_samples or 1,
-            "pretrain_batch_size": pretrain_batch_size or 1,
-            "final_local_epochs": final_local_epochs or 1,
+            "anchor_samples": anchor_samples,
+            "pretrain_batch_size": pretrain_batch_size,
+            "final_local_epochs": final_local_epochs,
         }.items():
-            if value <= 0:
+            if value is not None and value <= 0:
                 raise ValueError(f"{type(self).__name__}: field '{name}' must be positive, got {value}")
         self.variant = variant
         self.shared = REPRESENTATION if variant == "hl" else ()
