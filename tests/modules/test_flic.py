@@ -268,3 +268,19 @@ def test_federation_on_a_seeded_linear_mapping_toy(tmp_path):
     callback = next(cb for cb in trainer._callbacks if isinstance(cb, AnchorUpdate))
     assert torch.equal(callback.means, anchors)
     assert all(bool(state.personal["pretrained"]) for state in trainer._store.values())
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"variant": "deep"}, "variant"),
+        ({"anchor_samples": 0}, "anchor_samples"),
+        ({"lambda_align": -1.0}, "lambda_align"),
+        ({"anchor_update": "adam"}, "anchor_update"),
+    ],
+)
+def test_bad_arguments_name_the_field(kwargs, field):
+    with pytest.raises(ValueError, match=field):
+        FLIC(**kwargs)
+    with pytest.raises(ValueError, match="network='cnn'"):
+        built(make_client("vec", 20, 0), network="cnn")
