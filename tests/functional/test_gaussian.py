@@ -5,7 +5,14 @@ import ot
 import pytest
 import torch
 
-from fedhet.functional import bures_sq, class_moments, gaussian_barycenter, gaussian_w2_sq, psd_sqrt
+from fedhet.functional import (
+    bures_sq,
+    class_moments,
+    gaussian_barycenter,
+    gaussian_w2_sq,
+    psd_sqrt,
+    regression_anchor_means,
+)
 
 
 def random_spd(k, seed, rank=None):
@@ -147,3 +154,15 @@ def test_barycenter_matches_pot_fixed_point():
     _, cov2 = gaussian_barycenter(torch.stack([means, means], 1), torch.stack([w, w.flip(0)], 1), both)
     assert torch.allclose(cov2[0], cov, atol=1e-6)
     assert torch.allclose(cov2[1], cov, atol=1e-6)
+
+
+def test_regression_anchors_reduce_w2_to_a_squared_distance():
+    a, b = torch.randn(5, dtype=torch.float64), torch.randn(5, dtype=torch.float64)
+    y = torch.tensor([0.0, 0.3, 1.0], dtype=torch.float64)
+    means = regression_anchor_means(y, a, b)
+    assert torch.allclose(means[0], b)
+    assert torch.allclose(means[2], a)
+    z = torch.randn(3, 5, dtype=torch.float64)
+    dirac = torch.zeros(3, 5, 5, dtype=torch.float64)  # one sample: zero covariance
+    w2 = gaussian_w2_sq(means, None, z, dirac)
+    assert torch.allclose(w2, (z - means).pow(2).sum(-1) + 5)

@@ -9,7 +9,14 @@ from fedhet.functional.centroids import (
     head_statistics,
 )
 from fedhet.functional.feature_spaces import add_noise_features, prune_features, random_linear_map, resample_images
-from fedhet.functional.gaussian import bures_sq, class_moments, gaussian_barycenter, gaussian_w2_sq, psd_sqrt
+from fedhet.functional.gaussian import (
+    bures_sq,
+    class_moments,
+    gaussian_barycenter,
+    gaussian_w2_sq,
+    psd_sqrt,
+    regression_anchor_means,
+)
 from fedhet.functional.head_mixing import (
     collaboration_matrix,
     combination_weights,
@@ -66,6 +73,7 @@ __all__ = [
     "quantity_skew",
     "random_alignment_inputs",
     "random_linear_map",
+    "regression_anchor_means",
     "repair_psd",
     "resample_images",
     "shard_label_skew",

@@ -207,3 +207,26 @@ def gaussian_barycenter(
         if change <= tol:
             break
     return mean, bar.to(covariances.dtype)
+
+
+def regression_anchor_means(targets: Tensor, start: Tensor, end: Tensor) -> Tensor:
+    r"""Anchor means of FLIC's regression variant: :math:`m(y) = y\,a + (1 - y)\,b` (Rakotomamonjy et al., section 4).
+
+    The anchor of a target :math:`y` is :math:`\mathcal{N}(m(y), I_k)`; for one sample :math:`z` of target :math:`y`,
+    :math:`W_2^2(\mathcal{N}(m(y), I), \delta_z) = \|z - m(y)\|^2 + k`, so the alignment term maps the inputs onto the
+    segment between ``end`` (:math:`y = 0`) and ``start`` (:math:`y = 1`).
+
+    Args:
+        targets: :math:`y`, shape ``(N,)``.
+        start: :math:`a`, shape ``(k,)``.
+        end: :math:`b \ne a`, shape ``(k,)``.
+
+    Returns:
+        shape ``(N, k)``.
+
+    Example:
+        >>> regression_anchor_means(torch.tensor([0.0, 0.5, 1.0]), torch.ones(2), torch.zeros(2)).tolist()
+        [[0.0, 0.0], [0.5, 0.5], [1.0, 1.0]]
+
+    """
+    return targets.unsqueeze(-1) * start + (1 - targets.unsqueeze(-1)) * end
