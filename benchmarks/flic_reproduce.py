@@ -58,8 +58,8 @@ PAPER_TOYS = {  # Fig. 4 has curves only: the claims of section 6 / appendix S3
 
 
 def methods(args: argparse.Namespace, dataset: str) -> dict[str, Callable[[], Any]]:
-    """Every compared method on FLIC's networks (the CNN for the digits)."""
-    common: dict[str, Any] = {"network": "cnn" if dataset == "digits" else "mlp"}
+    """Every compared method on FLIC's networks (the MLP on the toys; the CNN or the MLP on the digits)."""
+    common: dict[str, Any] = {"network": args.digits_network if dataset == "digits" else "mlp"}
     flic = {**common, "pretrain_epochs": args.pretrain_epochs, "pretrain_lr": args.pretrain_lr}
     return {
         "Local": lambda: HetLocal(**common),
@@ -138,6 +138,7 @@ def main() -> None:
     parser.add_argument("--samples-per-class", type=int, default=500)
     parser.add_argument("--test-samples-per-class", type=int, default=200)
     parser.add_argument("--digits-clients", type=int, default=12)
+    parser.add_argument("--digits-network", choices=["cnn", "mlp"], default="cnn")
     parser.add_argument("--server-sizes", type=int, nargs="*", default=[10, 100, 1000])  # empty: not timed
     parser.add_argument("--learned-server-sizes", type=int, nargs="*", default=[10, 100])
     parser.add_argument("--tag", default="flic_reproduce")
@@ -182,7 +183,7 @@ def main() -> None:
         f" {args.local_epochs} --fraction {args.fraction} --pretrain-epochs {args.pretrain_epochs} --pretrain-lr"
         f" {args.pretrain_lr} --toy-clients"
         f" {args.toy_clients} --samples-per-class {args.samples_per_class} --digits-clients {args.digits_clients}"
-        f" --datasets {' '.join(args.datasets)} --tag {args.tag}"
+        f" --digits-network {args.digits_network} --datasets {' '.join(args.datasets)} --tag {args.tag}"
     )
     md = [
         "# FLIC reproduction (small scale)",

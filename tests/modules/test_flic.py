@@ -237,6 +237,10 @@ def test_receive_statistics_sets_the_anchors():
 def test_embeddings_are_built_from_each_clients_input_shape():
     images = built(ClientDataModule("img", torch.rand(20, 1, 16, 15), torch.arange(20) % 3, 3))
     assert images.body.embed(torch.rand(2, 1, 16, 15)).shape == (2, 8)
+    dropouts = [m.p for m in images.body.embed.modules() if isinstance(m, torch.nn.Dropout2d)]
+    assert dropouts == [0.5]
+    plain = built(ClientDataModule("img", torch.rand(20, 1, 8, 8), torch.arange(20) % 3, 3), cnn_dropout=0.0)
+    assert [m.p for m in plain.body.embed.modules() if isinstance(m, torch.nn.Dropout2d)] == [0.0]
     vectors = built(make_client("vec", 20, 0, dim=11))
     assert vectors.body.embed[1].in_features == 11
 

@@ -84,6 +84,7 @@ class FLIC(FederatedClassifier):
         embedding_dropout: dropout after each hidden layer of the MLP embedding (0.5 for BCI).
         network: ``"auto"`` (the CNN for ``(C, H, W)`` images, else the MLP), ``"mlp"`` or ``"cnn"``.
         cnn_fc_activation: ReLU after the CNN's last linear layer (the paper; the code has none).
+        cnn_dropout: the CNN's channel dropout after its second convolution (0.5 in the paper).
         lambda_align: :math:`\lambda_1`, weight of the :math:`W_2^2` term.
         lambda_anchor: :math:`\lambda_2`, weight of the cross-entropy on anchor samples.
         anchor_samples: :math:`J`, anchor samples per class of the batch; ``None`` for the batch size (the code).
@@ -121,6 +122,7 @@ class FLIC(FederatedClassifier):
         embedding_dropout: float = 0.0,
         network: Literal["auto", "mlp", "cnn"] = "auto",
         cnn_fc_activation: bool = True,
+        cnn_dropout: float = 0.5,
         lambda_align: float = 1e-3,
         lambda_anchor: float = 1e-3,
         anchor_samples: int | None = None,
@@ -189,6 +191,7 @@ class FLIC(FederatedClassifier):
         self.embedding_activation = embedding_activation
         self.network = network
         self.cnn_fc_activation = cnn_fc_activation
+        self.cnn_dropout = cnn_dropout
         self.lambda_align = lambda_align
         self.lambda_anchor = lambda_anchor
         self.anchor_samples = anchor_samples
@@ -235,7 +238,7 @@ class FLIC(FederatedClassifier):
                 " (C, H, W) images"
             )
         if self.network != "mlp" and len(shape) == 3:
-            embed = cnn_embedding(shape, self.latent_dim, self.cnn_fc_activation)
+            embed = cnn_embedding(shape, self.latent_dim, self.cnn_fc_activation, self.cnn_dropout)
         else:
             embed = mlp_embedding(
                 spec.input_dim, self.latent_dim, self.hidden_dims, self.embedding_activation, self.dropout

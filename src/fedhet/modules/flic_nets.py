@@ -48,7 +48,9 @@ def mlp_embedding(
     return nn.Sequential(*body, nn.Linear(width, latent_dim))
 
 
-def cnn_embedding(input_shape: Sequence[int], latent_dim: int = 64, fc_activation: bool = True) -> nn.Sequential:
+def cnn_embedding(
+    input_shape: Sequence[int], latent_dim: int = 64, fc_activation: bool = True, dropout: float = 0.5
+) -> nn.Sequential:
     """The digits CNN: ``Conv(32, 5) -> MaxPool 2 -> sigmoid -> Conv(20, 5) -> Dropout2d(0.5) -> MaxPool 2 -> sigmoid``.
 
     Then flatten and ``Linear(F, latent_dim)``, with a ReLU when ``fc_activation`` (the paper; the reference code has
@@ -59,6 +61,7 @@ def cnn_embedding(input_shape: Sequence[int], latent_dim: int = 64, fc_activatio
         input_shape: ``(C, H, W)``.
         latent_dim: :math:`k`.
         fc_activation: ReLU after the last linear layer.
+        dropout: the channel dropout probability after the second convolution (0.5 in the paper; 0 removes it).
 
     Returns:
         a module mapping ``(B, C, H, W)`` to ``(B, latent_dim)``.
@@ -78,7 +81,7 @@ def cnn_embedding(input_shape: Sequence[int], latent_dim: int = 64, fc_activatio
         nn.MaxPool2d(2, ceil_mode=True),
         nn.Sigmoid(),
         nn.Conv2d(32, 20, 5, padding=pad),
-        nn.Dropout2d(0.5),
+        nn.Dropout2d(dropout),
         nn.MaxPool2d(2, ceil_mode=True),
         nn.Sigmoid(),
         nn.Flatten(),
