@@ -192,7 +192,9 @@ def main() -> None:
         "",
         f"Clients' test accuracy (%) after the last round: mean over clients ± std over {args.seeds} seeds (in"
         " brackets the sample-weighted accuracy, as the reference code reports). Every method: the same engine, data,"
-        f" FLIC's networks, Adam 1e-3, batch 100, {args.rounds} rounds, {args.local_epochs} local epochs (+1 on the"
+        " embeddings (an MLP k_i -> 64 -> 64 -> 64 on the toys; on the digits the"
+        f" {'paper CNN' if args.digits_network == 'cnn' else 'same MLP on the flattened images'}), Adam 1e-3, batch"
+        f" 100, {args.rounds} rounds, {args.local_epochs} local epochs (+1 on the"
         f" shared layer for FLIC-HL/HetFedRep), {args.fraction:.0%} of the clients per round and all of them in the"
         f" last; FLIC: lambda1 = lambda2 = 1e-3, anchors N(v_c, I), v_c ~ N(0, 10^2 I), {args.pretrain_epochs}"
         f" pre-training epochs at batch 100 with Adam {args.pretrain_lr:g}. The paper: 50 rounds, 10% of the"
