@@ -1,9 +1,19 @@
 """Federation callbacks: thin adapters from the engine's round hooks to the maths in ``fedhet.functional``."""
 
+from fedhet.callbacks.anchor_update import AnchorUpdate
 from fedhet.callbacks.base import FederatedCallback
 from fedhet.callbacks.centroid_sync import CentroidSync
 from fedhet.callbacks.dictionary_averaging import DictionaryAveraging
 from fedhet.callbacks.head_mixing import HeadMixing
+from fedhet.callbacks.kernel_sync import KernelSync
 from fedhet.callbacks.progress import RichRoundProgress
 
-__all__ = ["CentroidSync", "DictionaryAveraging", "FederatedCallback", "HeadMixing", "RichRoundProgress"]
+__all__ = [
+    "AnchorUpdate",
+    "CentroidSync",
+    "DictionaryAveraging",
+    "FederatedCallback",
+    "HeadMixing",
+    "KernelSync",
+    "RichRoundProgress",
+]

@@ -6,6 +6,7 @@ from fedhet.datamodules.datasets import (
     DigitsFamilyFederation,
     HeartFederation,
     MultipleFeaturesFederation,
+    SensorCovarianceFederation,
 )
 from fedhet.datamodules.digits import DigitsFederation
 from fedhet.datamodules.domains import DigitsDomains, DigitsTransformDomains, RotatedBlobsDomains
@@ -30,6 +31,7 @@ __all__ = [
     "NoisyFeaturesToy",
     "PartitionedFederation",
     "RotatedBlobsDomains",
+    "SensorCovarianceFederation",
     "TensorBatchLoader",
     "TensorPairDataset",
     "collate_batched",

@@ -16,6 +16,14 @@ from fedhet.functional.dictionary import (
     init_dictionary,
 )
 from fedhet.functional.feature_spaces import add_noise_features, prune_features, random_linear_map, resample_images
+from fedhet.functional.gaussian import (
+    bures_sq,
+    class_moments,
+    gaussian_barycenter,
+    gaussian_w2_sq,
+    psd_sqrt,
+    regression_anchor_means,
+)
 from fedhet.functional.head_mixing import (
     collaboration_matrix,
     combination_weights,
@@ -36,6 +44,8 @@ from fedhet.functional.partition import (
     shard_label_skew,
     split_indices,
 )
+from fedhet.functional.representation_kernels import kernel_penalty, random_alignment_inputs
+from fedhet.functional.spd import tangent_vectors, trial_covariances
 from fedhet.functional.tabular_metrics import balanced_accuracy, binary_auprc, binary_auroc, one_vs_rest
 from fedhet.functional.wasserstein import (
     ground_cost,
@@ -50,11 +60,13 @@ __all__ = [
     "add_noise_features",
     "aggregate_centroids",
     "balanced_accuracy",
+    "bures_sq",
     "binary_auprc",
     "binary_auroc",
     "class_balanced_indices",
     "class_centroids",
     "class_feature_sums",
+    "class_moments",
     "collaboration_matrix",
     "combination_weights",
     "dictionary_loss",
@@ -64,9 +76,12 @@ __all__ = [
     "ensemble_probabilities",
     "feature_alignment_loss",
     "fit_softmax_regression",
+    "gaussian_barycenter",
+    "gaussian_w2_sq",
     "grid_blocks",
     "ground_cost",
     "head_statistics",
+    "kernel_penalty",
     "hybrid_partition",
     "init_dictionary",
     "mix_heads",
@@ -74,8 +89,11 @@ __all__ = [
     "permute_labels_by_group",
     "project_simplex",
     "prune_features",
+    "psd_sqrt",
     "quantity_skew",
+    "random_alignment_inputs",
     "random_linear_map",
+    "regression_anchor_means",
     "repair_psd",
     "resample_images",
     "shard_label_skew",
@@ -85,5 +103,7 @@ __all__ = [
     "transport_plan",
     "wasserstein_barycenter",
     "wasserstein_cost",
+    "tangent_vectors",
+    "trial_covariances",
     "weighted_mean",
 ]

@@ -4,14 +4,18 @@ from fedhet.modules.base import FederatedModule
 from fedhet.modules.baselines import FedAvg, FedBABU, FedPer, FedRep, LocalOnly
 from fedhet.modules.classifier import FederatedClassifier
 from fedhet.modules.feddadil import FedDaDiL
+from fedhet.modules.fedhenn import FedHeNN
 from fedhet.modules.fedpac import FedPAC
 from fedhet.modules.fedpac_nets import FedPACNet
+from fedhet.modules.flic import FLIC, HetFedRep, HetLocal
 from fedhet.modules.global_layers import GlobalLayers
 
 __all__ = [
+    "FLIC",
     "FedAvg",
     "FedBABU",
     "FedDaDiL",
+    "FedHeNN",
     "FedPAC",
     "FedPACNet",
     "FedPer",
@@ -19,5 +23,7 @@ __all__ = [
     "FederatedClassifier",
     "FederatedModule",
     "GlobalLayers",
+    "HetFedRep",
+    "HetLocal",
     "LocalOnly",
 ]

@@ -71,3 +71,17 @@ def test_deterministic():
     x, y = next(iter(first.client("sklearn_digits").train_dataloader()))
     assert tuple(x.shape[1:]) == (1, 8, 8)
     assert y.dtype == torch.int64
+
+
+def test_classes_per_client_gives_label_skew():
+    federation = DigitsFamilyFederation(sources=["sklearn_digits"] * 4, classes_per_client=3, seed=2)
+    specs = federation.specs
+    held = [set(spec.classes) for spec in specs.values()]
+    assert all(len(classes) == 3 for classes in held)
+    assert set().union(*held) == set(range(10))  # 4 clients x 3 classes cover the 10 classes
+    indices = federation.source_indices
+    assert sum(len(rows) for rows in indices.values()) == 1797 - sum(  # only classes held by nobody are left out
+        int((load_digit_source("sklearn_digits").y == c).sum()) for c in range(10) if not any(c in h for h in held)
+    )
+    with pytest.raises(ValueError, match="classes_per_client"):
+        DigitsFamilyFederation(classes_per_client=11)

@@ -11,6 +11,7 @@ federation                             clients
 :class:`MultipleFeaturesFederation`    clients holding some of the six views of the same digits, some classes
 :class:`DigitsFamilyFederation`        one per digit source: MNIST 28x28, mfeat 16x15, optdigits 8x8
 :class:`CovertypeFederation`           one per wilderness area
+:class:`SensorCovarianceFederation`    one channel montage each of real multichannel series (sktime), covariances
 =====================================  ===========================================================================
 """
 
@@ -36,11 +37,13 @@ from fedhet.datamodules.datasets.heart import (
 )
 from fedhet.datamodules.datasets.mfeat import VIEW_WIDTHS, VIEWS, MultipleFeaturesFederation, MultiViewData, load_mfeat
 from fedhet.datamodules.datasets.mnist import fashion_mnist_dir, load_fashion_mnist, load_mnist5k, read_idx
+from fedhet.datamodules.datasets.sensors import SENSOR_DATASETS, SensorCovarianceFederation, load_sensor_series
 
 __all__ = [
     "DATA_ENV_VAR",
     "DIGIT_SOURCES",
     "GL_SITES",
+    "SENSOR_DATASETS",
     "SITES",
     "UCI_SITES",
     "VIEWS",
@@ -54,6 +57,7 @@ __all__ = [
     "ImageData",
     "MultiViewData",
     "MultipleFeaturesFederation",
+    "SensorCovarianceFederation",
     "fashion_mnist_dir",
     "gl_features",
     "holdout_split",
@@ -63,6 +67,7 @@ __all__ = [
     "load_heart",
     "load_mfeat",
     "load_mnist5k",
+    "load_sensor_series",
     "prepare_heart_features",
     "read_idx",
 ]

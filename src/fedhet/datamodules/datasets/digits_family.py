@@ -80,13 +80,17 @@ class DigitsFamilyFederation(FederatedDataModule):
     Client ``k`` holds the source ``sources[k]``, as ``(1, H, W)`` images (``(H * W,)`` vectors with ``flatten``),
     pixels scaled to ``[0, 1]`` by the source's fixed maximum (nothing is fitted, so nothing can leak between splits).
     Client ids are the source names; a source named several times is dealt out among its clients (disjoint,
-    near-equal shares of every class) and they are named ``<source>_0``, ``<source>_1``... Each client splits its
-    samples at random into train, validation and test parts.
+    near-equal shares of every class) and they are named ``<source>_0``, ``<source>_1``... With ``classes_per_client``
+    each client of a source holds only that many classes (label skew, as in FLIC's digits experiment): the source's
+    clients take consecutive runs of a seeded permutation of the 10 classes, so every class is held when the source has
+    at least ``10 / classes_per_client`` clients (a class nobody holds is left out), and a class's samples are shared
+    among its holders. Each client splits its samples at random into train, validation and test parts.
 
     Args:
         sources: one source per client, from ``"mnist5k"`` (28x28), ``"mfeat_pix"`` (16x15), ``"sklearn_digits"``
             (8x8).
         flatten: whether features are flat vectors rather than one-channel images.
+        classes_per_client: classes held by each client (``None``: all 10).
         val_fraction: share of each client's samples held out for validation.
         test_fraction: share of each client's samples held out for testing.
         batch_size: training batch size.
@@ -104,6 +108,7 @@ class DigitsFamilyFederation(FederatedDataModule):
         self,
         sources: Sequence[str] = ("mnist5k", "mfeat_pix", "sklearn_digits"),
         flatten: bool = False,
+        classes_per_client: int | None = None,
         val_fraction: float = 0.0,
         test_fraction: float = 0.25,
         batch_size: int = 32,
@@ -115,6 +120,8 @@ class DigitsFamilyFederation(FederatedDataModule):
         if unknown or not sources:
             raise ValueError(f"`sources` must list sources from {list(DIGIT_SOURCES)}, got {list(sources)}")
         check_fractions(val_fraction, test_fraction)
+        if classes_per_client is not None and not 1 <= classes_per_client <= len(DIGIT_CLASSES):
+            raise ValueError(f"`classes_per_client` must be in [1, {len(DIGIT_CLASSES)}], got {classes_per_client}")
         self.save_hyperparameters()
         self.sources = tuple(sources)
         self._source_indices: dict[str, np.ndarray] = {}
@@ -124,6 +131,18 @@ class DigitsFamilyFederation(FederatedDataModule):
         """Each client's rows of :func:`load_digit_source` for its source (all its splits), sorted, by client id."""
         self.setup()
         return dict(self._source_indices)
+
+    def _holders(self, num_clients: int, seed: int) -> list[list[int]]:
+        """For each class, the clients of one source that hold it."""
+        per_client = self.hparams.classes_per_client
+        if per_client is None:
+            return [list(range(num_clients))] * len(DIGIT_CLASSES)
+        order = np.random.default_rng(seed).permutation(len(DIGIT_CLASSES))
+        holders: list[list[int]] = [[] for _ in DIGIT_CLASSES]
+        for client in range(num_clients):
+            for step in range(per_client):
+                holders[order[(client * per_client + step) % len(DIGIT_CLASSES)]].append(client)
+        return holders
 
     def build_clients(self) -> list[ClientDataModule]:
         """Load every source once, deal out the shared ones and make one datamodule per client.
@@ -139,7 +158,7 @@ class DigitsFamilyFederation(FederatedDataModule):
         shares = {
             source: class_shares(
                 loaded[source].y.numpy(),
-                [list(range(counts[source]))] * len(DIGIT_CLASSES),
+                self._holders(counts[source], derived_seed(config.seed, 2000 + list(DIGIT_SOURCES).index(source))),
                 counts[source],
                 derived_seed(config.seed, 1000 + list(DIGIT_SOURCES).index(source)),
             )

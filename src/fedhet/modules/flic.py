@@ -1,0 +1,544 @@
+r"""FLIC: personalised federated learning on heterogeneous feature spaces, aligned through shared Gaussian anchors.
+
+A. Rakotomamonjy, M. Vono, H. J. Medina Ruiz, L. Ralaivola, "Personalised Federated Learning On Heterogeneous Feature
+Spaces", TMLR 2024. Each client maps its own inputs into a common latent space with a personal embedding
+:math:`\phi_i`; the embedded class-conditionals are pulled towards shared Gaussian anchors
+:math:`\mu_c = \mathcal{N}(v_c, \Sigma_c)` by a closed-form :math:`W_2^2` term; a FedRep-style model classifies the
+latent vectors. The server averages the clients' anchors (:class:`~fedhet.callbacks.AnchorUpdate`). Also here: the
+paper's baselines on the same networks, :class:`HetFedRep` (no alignment) and :class:`HetLocal` (nothing shared).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Literal
+
+import torch
+import torch.nn.functional as F
+from lightning.pytorch import Callback
+from torch import Tensor, nn
+
+from fedhet.datamodules.spec import ClientSpec
+from fedhet.datamodules.tensor_dataset import TensorBatchLoader, TensorPairDataset
+from fedhet.functional.gaussian import bures_sq, class_moments, gaussian_w2_sq, psd_sqrt
+from fedhet.modules.classifier import FederatedClassifier
+from fedhet.modules.flic_nets import Activation, cnn_embedding, mlp_embedding
+from fedhet.plugins.protocols import LocalPhase
+
+#: names of the statistics FLIC uploads (its copy of the anchors after local training) and receives
+ANCHOR_MEANS = "flic/anchor_means"
+ANCHOR_FACTORS = "flic/anchor_factors"
+ANCHOR_COUNTS = "flic/anchor_counts"
+GLOBAL_MEANS = "flic/global_anchor_means"
+GLOBAL_FACTORS = "flic/global_anchor_factors"
+PERSONAL = ("body.embed.*", "head.*")
+REPRESENTATION = ("body.hidden.*",)
+
+
+class FLIC(FederatedClassifier):
+    r"""FLIC's client: personal embedding :math:`\phi_i`, Gaussian anchors, FedRep on the latent space.
+
+    The network is ``head(body.hidden(body.embed(x)))``: ``body.embed`` is :math:`\phi_i`, built from the client's input
+    shape (an MLP for vectors, a small CNN for images) and never shared; ``body.hidden`` is FLIC-HL's shared layer
+    :math:`\alpha` (``Linear(latent_dim, hidden_width)`` + LeakyReLU; none in FLIC-Class); ``head`` is the personal
+    linear classifier :math:`\beta_i`. On a batch the loss is (paper eq. 3 and Alg. S2)
+
+    .. math::
+        \mathrm{CE}(g(\phi_i(x)), y) + \lambda_1 \sum_{c \in P(B)} W_2^2\big(\mu_c, \mathcal{N}(\hat m_c, \hat S_c)\big)
+        + \lambda_2 \sum_{c \in P(B)} \frac{1}{J} \sum_{j=1}^{J} \mathrm{CE}(g(Z_c^j), c),
+        \quad Z_c^j = v_c + L_c \xi_j
+
+    over the classes :math:`P(B)` of the batch, with the batch moments of the embedded class (not detached) and the
+    anchors held fixed. Local schedule: at its first participation a client pre-trains :math:`\phi_i` for
+    ``pretrain_epochs`` on the alignment term alone (the paper pre-trains every client before round 0; pre-training at
+    first participation is the same for a client that had no earlier round and uses the latest anchors, as a new client
+    does in S1.4); then, each round, the trainer's local epochs train :math:`(\phi_i, \beta_i)` and, for FLIC-HL,
+    ``rep_epochs`` epochs train :math:`\alpha` alone. After training the client takes one gradient step from the
+    received anchors (:math:`\eta` = ``anchor_lr``) on :math:`\lambda_1 \|v_c - \hat m_c\|^2` (plus
+    :math:`\lambda_1 B^2` when covariances are learned) and the :math:`\lambda_2` term, for its classes, with the class
+    moments of its whole training set, and uploads its anchors; the server averages them.
+
+    Uploads: the shared parameters (``body.hidden.*`` for FLIC-HL, nothing for FLIC-Class) and the statistics
+    ``flic/anchor_means`` :math:`(C, k)` (``flic/anchor_factors`` :math:`(C, k, k)` with learned covariances,
+    ``flic/anchor_counts`` :math:`(C,)` with ``anchor_holders_only``). Receives ``flic/global_anchor_means`` (and
+    factors). :math:`\phi_i` and :math:`\beta_i` never leave the client.
+
+    Switches for the reference code's behaviour (all off by default; spec ``flic.md`` §3-4, §9): ``anchor_variance``
+    ``e`` (its anchors' variance), ``anchor_stats="sampled"`` (both Gaussians estimated from samples),
+    ``anchor_update="code"`` (one Adam step on the anchors per batch, on the cross-entropy of the classifier on the
+    :math:`C` means plus the :math:`W_2^2` to the batch's classes, weight 1), ``realign_epochs`` (re-alignment epochs
+    before every later participation; the code re-aligns every client after every round), ``rep_start_round`` (no
+    :math:`\alpha` training before that round), ``final_local_epochs`` (the last round trains only the personal parts
+    for that many epochs), ``cnn_fc_activation=False``, ``weight_decay=1e-3`` and the 9 + 1 epoch split
+    (``trainer.local_epochs: 9``).
+
+    Args:
+        variant: ``"class"`` (FLIC-Class: only the anchors are shared) or ``"hl"`` (FLIC-HL: and a shared hidden
+            layer).
+        latent_dim: :math:`k`, the latent dimension (64 in the paper).
+        hidden_width: width of FLIC-HL's shared layer (100 in the reference code).
+        embedding_hidden_dims: hidden widths of the MLP embedding.
+        embedding_activation: activation of the MLP embedding, ``"relu"`` or ``"leaky_relu"`` (BCI).
+        embedding_dropout: dropout after each hidden layer of the MLP embedding (0.5 for BCI).
+        network: ``"auto"`` (the CNN for ``(C, H, W)`` images, else the MLP), ``"mlp"`` or ``"cnn"``.
+        cnn_fc_activation: ReLU after the CNN's last linear layer (the paper; the code has none).
+        cnn_dropout: the CNN's channel dropout after its second convolution (0.5 in the paper).
+        lambda_align: :math:`\lambda_1`, weight of the :math:`W_2^2` term.
+        lambda_anchor: :math:`\lambda_2`, weight of the cross-entropy on anchor samples.
+        anchor_samples: :math:`J`, anchor samples per class of the batch; ``None`` for the batch size (the code).
+        anchor_std: standard deviation of the anchor means at initialisation (10 in the code).
+        anchor_variance: the anchors' covariance is this times the identity at initialisation (paper 1, code ``e``).
+        learn_covariance: learn and share the anchors' Cholesky factors :math:`L_c` too.
+        anchor_seed: seed of the anchor initialisation (the same on every client).
+        anchor_stats: ``"closed_form"`` (exact anchor parameters, the paper) or ``"sampled"`` (the code).
+        anchor_update: ``"paper"`` (one step after local training) or ``"code"`` (see above).
+        anchor_lr: :math:`\eta` of the anchor update (Adam's learning rate with ``"code"``).
+        anchor_weighting: server weights :math:`\omega_i`, ``"uniform"`` (the paper's :math:`1/b`) or ``"samples"``.
+        anchor_holders_only: the server averages class :math:`c` over the participants that hold it only.
+        covariance_aggregation: with learned covariances, ``"bures"`` (the exact barycenter) or ``"cholesky_mean"``
+            (the paper's average of Cholesky factors).
+        pretrain_epochs: :math:`K_{pre}`, pre-training epochs of :math:`\phi_i` (0: none).
+        pretrain_batch_size: pre-training batch size (``None``: the client's training batches).
+        pretrain_lr: Adam learning rate of pre-training and re-alignment.
+        realign_epochs: re-alignment epochs at the start of every later participation (the code's 1).
+        rep_epochs: epochs of FLIC-HL's representation phase per round.
+        rep_start_round: first round that trains :math:`\alpha` (the code's 20).
+        final_local_epochs: if set, the last round trains only :math:`\phi_i, \beta_i` for this many epochs (the
+            code's 10).
+        lr: Adam learning rate of local training.
+        weight_decay: weight decay on the weight matrices of :math:`\alpha` and :math:`\beta_i` (the code's 1e-3).
+
+    """
+
+    def __init__(
+        self,
+        variant: Literal["class", "hl"] = "class",
+        latent_dim: int = 64,
+        hidden_width: int = 100,
+        embedding_hidden_dims: Sequence[int] = (64, 64),
+        embedding_activation: Activation = "relu",
+        embedding_dropout: float = 0.0,
+        network: Literal["auto", "mlp", "cnn"] = "auto",
+        cnn_fc_activation: bool = True,
+        cnn_dropout: float = 0.5,
+        lambda_align: float = 1e-3,
+        lambda_anchor: float = 1e-3,
+        anchor_samples: int | None = None,
+        anchor_std: float = 10.0,
+        anchor_variance: float = 1.0,
+        learn_covariance: bool = False,
+        anchor_seed: int = 0,
+        anchor_stats: Literal["closed_form", "sampled"] = "closed_form",
+        anchor_update: Literal["paper", "code"] = "paper",
+        anchor_lr: float = 1e-3,
+        anchor_weighting: Literal["uniform", "samples"] = "uniform",
+        anchor_holders_only: bool = False,
+        covariance_aggregation: Literal["bures", "cholesky_mean"] = "bures",
+        pretrain_epochs: int = 100,
+        pretrain_batch_size: int | None = None,
+        pretrain_lr: float = 1e-3,
+        realign_epochs: int = 0,
+        rep_epochs: int = 1,
+        rep_start_round: int = 0,
+        final_local_epochs: int | None = None,
+        lr: float = 1e-3,
+        weight_decay: float = 0.0,
+    ) -> None:
+        super().__init__(
+            hidden_dims=embedding_hidden_dims, dropout=embedding_dropout, optimizer="adam", lr=lr, weight_decay=0.0
+        )
+        choices = {
+            "variant": (variant, ("class", "hl")),
+            "network": (network, ("auto", "mlp", "cnn")),
+            "embedding_activation": (embedding_activation, ("relu", "leaky_relu")),
+            "anchor_stats": (anchor_stats, ("closed_form", "sampled")),
+            "anchor_update": (anchor_update, ("paper", "code")),
+            "anchor_weighting": (anchor_weighting, ("uniform", "samples")),
+            "covariance_aggregation": (covariance_aggregation, ("bures", "cholesky_mean")),
+        }
+        for name, (value, allowed) in choices.items():
+            if value not in allowed:
+                raise ValueError(f"{type(self).__name__}: field '{name}' must be one of {allowed}, got {value!r}")
+        for name, value in {
+            "lambda_align": lambda_align,
+            "lambda_anchor": lambda_anchor,
+            "pretrain_epochs": pretrain_epochs,
+            "realign_epochs": realign_epochs,
+            "rep_epochs": rep_epochs,
+            "rep_start_round": rep_start_round,
+            "weight_decay": weight_decay,
+        }.items():
+            if value < 0:
+                raise ValueError(f"{type(self).__name__}: field '{name}' must be >= 0, got {value}")
+        for name, value in {
+            "latent_dim": latent_dim,
+            "hidden_width": hidden_width,
+            "anchor_variance": anchor_variance,
+            "anchor_lr": anchor_lr,
+            "pretrain_lr": pretrain_lr,
+            "anchor_samples": anchor_samples,
+            "pretrain_batch_size": pretrain_batch_size,
+            "final_local_epochs": final_local_epochs,
+        }.items():
+            if value is not None and value <= 0:
+                raise ValueError(f"{type(self).__name__}: field '{name}' must be positive, got {value}")
+        self.variant = variant
+        self.shared = REPRESENTATION if variant == "hl" else ()
+        self.latent_dim = latent_dim
+        self.hidden_width = hidden_width
+        self.embedding_activation = embedding_activation
+        self.network = network
+        self.cnn_fc_activation = cnn_fc_activation
+        self.cnn_dropout = cnn_dropout
+        self.lambda_align = lambda_align
+        self.lambda_anchor = lambda_anchor
+        self.anchor_samples = anchor_samples
+        self.anchor_std = anchor_std
+        self.anchor_variance = anchor_variance
+        self.learn_covariance = learn_covariance
+        self.anchor_seed = anchor_seed
+        self.anchor_stats = anchor_stats
+        self.anchor_update = anchor_update
+        self.anchor_lr = anchor_lr
+        self.anchor_weighting = anchor_weighting
+        self.anchor_holders_only = anchor_holders_only
+        self.covariance_aggregation = covariance_aggregation
+        self.pretrain_epochs = pretrain_epochs
+        self.pretrain_batch_size = pretrain_batch_size
+        self.pretrain_lr = pretrain_lr
+        self.realign_epochs = realign_epochs
+        self.rep_epochs = rep_epochs
+        self.rep_start_round = rep_start_round
+        self.final_local_epochs = final_local_epochs
+        self.head_weight_decay = weight_decay
+        self.round_idx: int | None = None
+        """The federation round being trained (set by :class:`~fedhet.callbacks.AnchorUpdate`; ``None`` outside)."""
+        self.final_round = False
+        self.pretrain_history: list[float] = []
+        """Mean alignment loss of each epoch of the latest pre-training or re-alignment."""
+        self._phase: str | None = None
+        self._upload: dict[str, Tensor] = {}
+        self._local_means: Tensor | None = None
+        self._anchor_optimizer: torch.optim.Optimizer | None = None
+
+    @property
+    def uses_anchors(self) -> bool:
+        """Whether anything depends on the anchors (otherwise nothing about them is uploaded)."""
+        return bool(self.lambda_align or self.lambda_anchor or self.pretrain_epochs or self.realign_epochs)
+
+    # ---------------------------------------------------------------- layers
+    def build_body(self, spec: ClientSpec) -> tuple[nn.Module, int]:
+        r"""``embed`` (:math:`\phi_i` for this client's input shape) then ``hidden`` (:math:`\alpha`, FLIC-HL only)."""
+        shape = tuple(spec.input_shape)
+        if self.network == "cnn" and len(shape) != 3:
+            raise ValueError(
+                f"{type(self).__name__}: client '{spec.client_id}' has input shape {shape}; network='cnn' needs"
+                " (C, H, W) images"
+            )
+        if self.network != "mlp" and len(shape) == 3:
+            embed = cnn_embedding(shape, self.latent_dim, self.cnn_fc_activation, self.cnn_dropout)
+        else:
+            embed = mlp_embedding(
+                spec.input_dim, self.latent_dim, self.hidden_dims, self.embedding_activation, self.dropout
+            )
+        if self.variant == "hl":
+            hidden: nn.Module = nn.Sequential(nn.Linear(self.latent_dim, self.hidden_width), nn.LeakyReLU())
+            width = self.hidden_width
+        else:
+            hidden, width = nn.Identity(), self.latent_dim
+        return nn.Sequential(OrderedDict(embed=embed, hidden=hidden)), width
+
+    def configure_model(self) -> None:
+        """Build the network, the anchors (the same on every client, from ``anchor_seed``) and the pre-training flag.
+
+        The anchors are non-persistent buffers: not personal state, they come from the server each round.
+        """
+        if hasattr(self, "head"):
+            return
+        super().configure_model()
+        num_classes = self.spec.num_classes
+        generator = torch.Generator().manual_seed(self.anchor_seed)
+        means = self.anchor_std * torch.randn(num_classes, self.latent_dim, generator=generator)
+        self.register_buffer("anchor_means", means, persistent=False)
+        if self.learn_covariance:
+            factors = math.sqrt(self.anchor_variance) * torch.eye(self.latent_dim).expand(num_classes, -1, -1)
+            self.register_buffer("anchor_factors", factors.clone(), persistent=False)
+        self.register_buffer("pretrained", torch.zeros((), dtype=torch.bool))
+
+    def anchor_factors_or_none(self) -> Tensor | None:
+        """:math:`L_c`, shape ``(C, k, k)``, or ``None`` for fixed covariances."""
+        return self.anchor_factors if self.learn_covariance else None
+
+    def classify(self, z: Tensor) -> Tensor:
+        r"""Class logits ``(B, C)`` of latent vectors ``(B, k)``: :math:`\beta_i(\alpha(z))`."""
+        return self.head(self.body.hidden(z))
+
+    # ---------------------------------------------------------------- the loss terms
+    def sample_anchors(self, labels: Tensor, means: Tensor, factors: Tensor | None) -> Tensor:
+        r"""One draw :math:`v_c + L_c \xi` per label, shape ``(len(labels), k)``.
+
+        Args:
+            labels: classes, shape ``(n,)``.
+            means: anchor means :math:`v`, shape ``(C, k)``.
+            factors: :math:`L`, shape ``(C, k, k)``; ``None`` for ``anchor_variance`` times the identity.
+
+        """
+        noise = torch.randn(len(labels), self.latent_dim, device=means.device, dtype=means.dtype)
+        if factors is None:
+            return means[labels] + math.sqrt(self.anchor_variance) * noise
+        return means[labels] + (factors[labels] @ noise.unsqueeze(-1)).squeeze(-1)
+
+    def alignment_loss(self, z: Tensor, y: Tensor, means: Tensor | None = None) -> Tensor:
+        r""":math:`\sum_{c \in P(B)} W_2^2(\mu_c, \mathcal{N}(\hat m_c, \hat S_c))` for embeddings ``z`` ``(B, k)``.
+
+        ``means`` (``(C, k)``) replaces the anchor means, e.g. by a client's local copy that is being updated.
+        """
+        means = self.anchor_means if means is None else means
+        present, index = torch.unique(y, return_inverse=True)  # moments of the batch's classes only
+        _, class_means, class_covs = class_moments(z, index, len(present))
+        if self.anchor_stats == "sampled":  # both Gaussians estimated from samples (the reference code)
+            draws = self.sample_anchors(y, means, self.anchor_factors_or_none())
+            _, anchor_means, anchor_covs = class_moments(draws, index, len(present))
+            return gaussian_w2_sq(anchor_means, psd_sqrt(anchor_covs.detach()), class_means, class_covs).sum()
+        factors = self.anchor_factors_or_none()
+        if factors is not None:
+            factors = factors[present]
+        elif self.anchor_variance != 1.0:
+            eye = torch.eye(self.latent_dim, device=z.device)
+            factors = math.sqrt(self.anchor_variance) * eye.expand(len(present), -1, -1)
+        return gaussian_w2_sq(means[present], factors, class_means, class_covs).sum()
+
+    def anchor_classification_loss(self, y: Tensor) -> Tensor:
+        r""":math:`\sum_{c \in P(B)} \frac{1}{J} \sum_j \mathrm{CE}(g(Z_c^j), c)` with fresh anchor samples."""
+        present = torch.unique(y)
+        per_class = self.anchor_samples or len(y)
+        labels = present.repeat_interleave(per_class)
+        draws = self.sample_anchors(labels, self.anchor_means, self.anchor_factors_or_none())
+        return F.cross_entropy(self.classify(draws), labels) * len(present)
+
+    # ---------------------------------------------------------------- local schedule
+    def set_round(self, round_idx: int, rounds: int) -> None:
+        """Tell the module which federation round it trains (for the round-dependent schedule switches)."""
+        self.round_idx = round_idx
+        self.final_round = round_idx == rounds - 1
+
+    def local_phases(self) -> list[LocalPhase]:
+        r"""The personal phase (:math:`\phi_i, \beta_i`), then FLIC-HL's representation phase (:math:`\alpha`)."""
+        if self.final_round and self.final_local_epochs:
+            return [LocalPhase("local", PERSONAL, epochs=self.final_local_epochs)]
+        phases = [LocalPhase("local", PERSONAL)]
+        late = self.round_idx is None or self.round_idx >= self.rep_start_round
+        if self.variant == "hl" and self.rep_epochs and late:
+            phases.append(LocalPhase("representation", REPRESENTATION, epochs=self.rep_epochs))
+        return phases
+
+    def set_local_phase(self, phase: LocalPhase | None) -> None:
+        """Remember the phase (the representation phase skips the alignment term), then freeze as the base does."""
+        self._phase = None if phase is None else phase.name
+        super().set_local_phase(phase)
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        r"""Adam at ``lr``; ``weight_decay`` on the weight matrices of :math:`\alpha` and :math:`\beta_i` only."""
+        decayed = [p for name, p in self.named_parameters() if not name.startswith("body.embed.") and p.ndim > 1]
+        ids = {id(p) for p in decayed}
+        rest = [p for p in self.parameters() if id(p) not in ids]
+        groups = [{"params": rest, "weight_decay": 0.0}, {"params": decayed, "weight_decay": self.head_weight_decay}]
+        return torch.optim.Adam(groups, lr=self.lr)
+
+    def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
+        r"""Cross-entropy, plus :math:`\lambda_1 W_2^2` (not in the representation phase) and :math:`\lambda_2` CE."""
+        x, y = batch
+        z = self.body.embed(x)
+        loss = F.cross_entropy(self.classify(z), y)
+        if self.lambda_align and self._phase != "representation":
+            align = self.alignment_loss(z, y)
+            self.log("train/align", align)
+            loss = loss + self.lambda_align * align
+        if self.lambda_anchor:
+            loss = loss + self.lambda_anchor * self.anchor_classification_loss(y)
+        if self._anchor_optimizer is not None:
+            self._code_anchor_step(z.detach(), y)
+        self.log("train/loss", loss, prog_bar=True)
+        return loss
+
+    # ---------------------------------------------------------------- pre-training
+    def pretrain_embedding(self, loader: Iterable, epochs: int) -> list[float]:
+        r"""Minimise :meth:`alignment_loss` over :math:`\phi_i` alone (Adam, ``pretrain_lr``) for ``epochs`` epochs.
+
+        Returns:
+            the mean alignment loss of each epoch (also kept in :attr:`pretrain_history`).
+
+        """
+        self.set_local_phase(None)
+        params = list(self.body.embed.parameters())
+        optimizer = torch.optim.Adam(params, lr=self.pretrain_lr)
+        history = []
+        with torch.enable_grad():
+            for _ in range(epochs):
+                total, count = 0.0, 0
+                for x, y in loader:
+                    x, y = x.to(self.device), y.to(self.device)
+                    loss = self.alignment_loss(self.body.embed(x), y)
+                    optimizer.zero_grad(set_to_none=True)
+                    loss.backward()
+                    optimizer.step()
+                    total, count = total + float(loss.detach()), count + 1
+                history.append(total / max(count, 1))
+        optimizer.zero_grad(set_to_none=True)
+        self.pretrain_history = history
+        return history
+
+    def _pretrain_loader(self) -> Iterable:
+        loader = self.train_batches()
+        dataset = getattr(loader, "dataset", None)
+        if self.pretrain_batch_size is None or dataset is None:
+            return loader
+        if isinstance(dataset, TensorPairDataset):
+            return TensorBatchLoader(dataset, self.pretrain_batch_size, shuffle=True)
+        return torch.utils.data.DataLoader(dataset, batch_size=self.pretrain_batch_size, shuffle=True)
+
+    def on_train_start(self) -> None:
+        r"""Pre-train :math:`\phi_i` at the first participation (or re-align later), then prepare the anchor update."""
+        self._upload = {}
+        if not self.pretrained and self.pretrain_epochs:
+            self.pretrain_embedding(self._pretrain_loader(), self.pretrain_epochs)
+            self.pretrained.fill_(True)
+        elif self.pretrained and self.realign_epochs:
+            self.pretrain_embedding(self._pretrain_loader(), self.realign_epochs)
+        if self.uses_anchors and self.anchor_update == "code":
+            self._local_means = self.anchor_means.detach().clone().requires_grad_(True)
+            self._anchor_optimizer = torch.optim.Adam([self._local_means], lr=self.anchor_lr)
+
+    # ---------------------------------------------------------------- anchor update and uploads
+    def _code_anchor_step(self, z: Tensor, y: Tensor) -> None:
+        """The reference code's per-batch anchor step: CE of the classifier on the C means plus W2 to the batch."""
+        means = self._local_means
+        assert means is not None
+        assert self._anchor_optimizer is not None
+        with torch.enable_grad():
+            targets = torch.arange(len(means), device=means.device)
+            loss = F.cross_entropy(self.classify(means), targets) + self.alignment_loss(z, y, means)
+            (grad,) = torch.autograd.grad(loss, [means])
+        means.grad = grad
+        self._anchor_optimizer.step()
+        self._anchor_optimizer.zero_grad(set_to_none=True)
+
+    @torch.no_grad()
+    def embed_all(self, loader: Iterable) -> tuple[Tensor, Tensor]:
+        """Embeddings ``(N, k)`` (in eval mode) and labels ``(N,)`` of every batch of ``loader``."""
+        mode = self.training
+        self.eval()
+        pairs = [(self.body.embed(x.to(self.device)), y.to(self.device)) for x, y in loader]
+        self.train(mode)
+        return torch.cat([z for z, _ in pairs]), torch.cat([y for _, y in pairs])
+
+    def paper_anchor_step(self, z: Tensor, y: Tensor) -> tuple[Tensor, Tensor | None]:
+        """One gradient step from the received anchors on the client's classes (paper Alg. S2, steps 17-22).
+
+        Args:
+            z: the client's embedded training set, shape ``(N, k)``.
+            y: its labels, shape ``(N,)``.
+
+        Returns:
+            the client's anchor means ``(C, k)`` and, with learned covariances, factors ``(C, k, k)``.
+
+        """
+        counts, class_means, class_covs = class_moments(z, y, self.spec.num_classes)
+        present = counts > 0
+        means = self.anchor_means.detach().clone().requires_grad_(True)
+        factors = self.anchor_factors_or_none()
+        factors = factors.detach().clone().requires_grad_(True) if factors is not None else None
+        with torch.enable_grad():
+            loss = self.lambda_align * (means[present] - class_means[present]).pow(2).sum()
+            if factors is not None:
+                loss = loss + self.lambda_align * bures_sq(factors[present], class_covs[present]).sum()
+            if self.lambda_anchor:
+                classes = present.nonzero().squeeze(1)
+                per_class = self.anchor_samples or len(y)
+                labels = classes.repeat_interleave(per_class)
+                draws = self.sample_anchors(labels, means, factors)
+                loss = loss + self.lambda_anchor * F.cross_entropy(self.classify(draws), labels) * len(classes)
+            inputs = [means] if factors is None else [means, factors]
+            grads = torch.autograd.grad(loss, inputs, allow_unused=True)
+        new_means = (means - self.anchor_lr * grads[0]).detach()
+        if factors is None:
+            return new_means, None
+        new_factors = (factors - self.anchor_lr * grads[1]).detach().tril()
+        signs = torch.where(new_factors.diagonal(dim1=-2, dim2=-1) < 0, -1.0, 1.0)
+        return new_means, new_factors * signs.unsqueeze(-2)  # lower triangular, positive diagonal
+
+    def on_train_end(self) -> None:
+        """Unfreeze everything; compute the client's anchors and put them in the upload."""
+        super().on_train_end()
+        if not self.uses_anchors:
+            return
+        z, y = self.embed_all(self.train_batches())
+        if self.anchor_update == "code":
+            assert self._local_means is not None
+            means, factors = self._local_means.detach().clone(), self.anchor_factors_or_none()
+            self._local_means, self._anchor_optimizer = None, None
+        else:
+            means, factors = self.paper_anchor_step(z, y)
+        self._upload[ANCHOR_MEANS] = means
+        if factors is not None:
+            self._upload[ANCHOR_FACTORS] = factors.detach().clone()
+        if self.anchor_holders_only:
+            self._upload[ANCHOR_COUNTS] = torch.bincount(y, minlength=self.spec.num_classes).float()
+
+    def client_statistics(self) -> dict[str, Tensor]:
+        """The client's anchors after local training (see the class docstring)."""
+        return dict(self._upload)
+
+    def receive_statistics(self, statistics: Mapping[str, Tensor]) -> None:
+        """Take the server's averaged anchors."""
+        if GLOBAL_MEANS in statistics:
+            self.anchor_means.copy_(statistics[GLOBAL_MEANS])
+        if self.learn_covariance and GLOBAL_FACTORS in statistics:
+            self.anchor_factors.copy_(statistics[GLOBAL_FACTORS])
+
+    def configure_callbacks(self) -> list[Callback]:
+        """:class:`~fedhet.callbacks.AnchorUpdate`, which also tells the module its round."""
+        from fedhet.callbacks.anchor_update import AnchorUpdate
+
+        return [
+            AnchorUpdate(
+                weighting=self.anchor_weighting,
+                holders_only=self.anchor_holders_only,
+                covariance_aggregation=self.covariance_aggregation,
+            )
+        ]
+
+
+class HetFedRep(FLIC):
+    """FLIC-HL without alignment: no anchors, no pre-training, the shared hidden layer trained from round 0.
+
+    The paper's "HetFedRep" baseline (Rakotomamonjy et al., TMLR 2024, section 6): the same personal embeddings and
+    FedRep model on the latent space, but nothing makes the clients' latent spaces agree.
+
+    Args:
+        **kwargs: the :class:`FLIC` arguments other than ``variant``, ``lambda_align``, ``lambda_anchor``,
+            ``pretrain_epochs`` and ``realign_epochs``.
+
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(
+            variant="hl", lambda_align=0.0, lambda_anchor=0.0, pretrain_epochs=0, realign_epochs=0, **kwargs
+        )
+
+
+class HetLocal(FLIC):
+    """The "Local" baseline on FLIC's networks: each client trains its own embedding and linear head, sharing nothing.
+
+    Args:
+        **kwargs: the :class:`FLIC` arguments other than ``variant``, ``lambda_align``, ``lambda_anchor``,
+            ``pretrain_epochs`` and ``realign_epochs``.
+
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(
+            variant="class", lambda_align=0.0, lambda_anchor=0.0, pretrain_epochs=0, realign_epochs=0, **kwargs
+        )
