@@ -3,6 +3,7 @@
 from fedhet.callbacks.base import FederatedCallback
 from fedhet.callbacks.centroid_sync import CentroidSync
 from fedhet.callbacks.head_mixing import HeadMixing
+from fedhet.callbacks.model_matching import ModelMatching
 from fedhet.callbacks.progress import RichRoundProgress
 
-__all__ = ["CentroidSync", "FederatedCallback", "HeadMixing", "RichRoundProgress"]
+__all__ = ["CentroidSync", "FederatedCallback", "HeadMixing", "ModelMatching", "RichRoundProgress"]

@@ -9,6 +9,7 @@ from fedhet.datamodules.datasets import (
 )
 from fedhet.datamodules.digits import DigitsFederation
 from fedhet.datamodules.federated import FederatedDataModule
+from fedhet.datamodules.hybrid import HybridFederation
 from fedhet.datamodules.partitioned import PartitionedFederation
 from fedhet.datamodules.spec import ClientSpec
 from fedhet.datamodules.synthetic import LinearMappingToy, NoisyFeaturesToy
@@ -22,6 +23,7 @@ __all__ = [
     "DigitsFederation",
     "FederatedDataModule",
     "HeartFederation",
+    "HybridFederation",
     "LinearMappingToy",
     "MultipleFeaturesFederation",
     "NoisyFeaturesToy",

@@ -17,6 +17,15 @@ from fedhet.functional.head_mixing import (
     repair_psd,
     solve_simplex_qp,
 )
+from fedhet.functional.matching import (
+    Classifier,
+    match_neurons,
+    matched_average,
+    matching_cost,
+    matching_objective,
+    model_matching,
+    project_classifier,
+)
 from fedhet.functional.partition import (
     HybridPartition,
     dirichlet_label_skew,
@@ -29,9 +38,11 @@ from fedhet.functional.partition import (
     shard_label_skew,
     split_indices,
 )
+from fedhet.functional.proximal import proximal_penalty
 from fedhet.functional.tabular_metrics import balanced_accuracy, binary_auprc, binary_auroc, one_vs_rest
 
 __all__ = [
+    "Classifier",
     "HybridPartition",
     "add_noise_features",
     "aggregate_centroids",
@@ -49,10 +60,17 @@ __all__ = [
     "grid_blocks",
     "head_statistics",
     "hybrid_partition",
+    "match_neurons",
+    "matched_average",
+    "matching_cost",
+    "matching_objective",
     "mix_heads",
+    "model_matching",
     "one_vs_rest",
     "permute_labels_by_group",
+    "project_classifier",
     "project_simplex",
+    "proximal_penalty",
     "prune_features",
     "quantity_skew",
     "random_linear_map",

@@ -1,19 +1,24 @@
 """One LightningModule per method and baseline, each usable alone under a plain ``lightning.Trainer``."""
 
 from fedhet.modules.base import FederatedModule
-from fedhet.modules.baselines import FedAvg, FedRep, LocalOnly
+from fedhet.modules.baselines import FedAvg, FedProx, FedRep, LocalOnly
 from fedhet.modules.classifier import FederatedClassifier
 from fedhet.modules.fedpac import FedPAC
 from fedhet.modules.fedpac_nets import FedPACNet
 from fedhet.modules.global_layers import GlobalLayers
+from fedhet.modules.hyfem import HybridBody, HybridLocal, HyFEM
 
 __all__ = [
     "FedAvg",
     "FedPAC",
     "FedPACNet",
+    "FedProx",
     "FedRep",
     "FederatedClassifier",
     "FederatedModule",
     "GlobalLayers",
+    "HyFEM",
+    "HybridBody",
+    "HybridLocal",
     "LocalOnly",
 ]
