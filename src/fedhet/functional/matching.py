@@ -91,18 +91,38 @@ def matched_average(
         ([[0.0, 1.0], [0.0, 0.0]], [[0.0, 2.0], [0.0, 0.0]])
 
     """
-    sums = [torch.zeros_like(t, dtype=torch.float64) for t in previous]
-    cover = [torch.zeros_like(t, dtype=torch.float64) for t in previous]
+    totals = _Totals(previous)
     for client, c, p, weight in zip(clients, cols, perms, weights, strict=True):
-        targets = ((p[:, None], c[None, :]), p, (slice(None), p), ...)  # where w1, b1, w2, b2 land on the server
+        totals.add(client, c, p, weight)
+    return totals.mean()
+
+
+class _Totals:
+    """Running weighted sums, weights and holder counts of client entries on the server's coordinates (float64)."""
+
+    def __init__(self, previous: Classifier) -> None:
+        self.previous = previous
+        self.sums = [torch.zeros_like(t, dtype=torch.float64) for t in previous]
+        self.mass = [torch.zeros_like(t, dtype=torch.float64) for t in previous]
+        self.count = [torch.zeros_like(t, dtype=torch.int64) for t in previous]
+
+    def add(self, client: Classifier, cols: Tensor, perm: Tensor, weight: float, sign: int = 1) -> None:
+        """Add (``sign=1``) or take back (``sign=-1``) one client's entries, scattered to where they are matched."""
+        targets = ((perm[:, None], cols[None, :]), perm, (slice(None), perm), ...)  # where w1, b1, w2, b2 land
         for k, index in enumerate(targets):
-            sums[k][index] += weight * client[k].double()
-            cover[k][index] += weight
-    mean = [
-        torch.where(mass > 0, total / mass.clamp_min(1e-300), old.double()).to(old.dtype)
-        for total, mass, old in zip(sums, cover, previous, strict=True)
-    ]
-    return Classifier(*mean), Classifier(*cover)
+            self.sums[k][index] += sign * weight * client[k].double()
+            self.mass[k][index] += sign * weight
+            self.count[k][index] += sign
+
+    def mean(self) -> tuple[Classifier, Classifier]:
+        """The weighted means (``previous`` where no client is counted) and the weights (exactly 0 there)."""
+        covered = [count > 0 for count in self.count]
+        mass = [torch.where(c, m, 0.0) for c, m in zip(covered, self.mass, strict=True)]
+        mean = [
+            torch.where(c, s / m.clamp_min(1e-300), old.double()).to(old.dtype)
+            for c, s, m, old in zip(covered, self.sums, mass, self.previous, strict=True)
+        ]
+        return Classifier(*mean), Classifier(*mass)
 
 
 def matching_cost(
@@ -214,7 +234,9 @@ def model_matching(
     Each pass draws a client :math:`m'`, builds the server classifier from the other clients under their current
     matchings (:func:`matched_average`, uncovered coordinates from ``previous``), and re-assigns :math:`m'`'s hidden
     neurons by the Hungarian method on :func:`matching_cost`. The result is :func:`matched_average` of every client
-    under the final matchings. With one client there is nothing to match against: only the average is taken.
+    under the final matchings. The leave-one-out server is kept as running sums from which the drawn client is taken
+    out and put back, so a pass costs one client's scatter, not a sum over all clients. With one client there is
+    nothing to match against: only the average is taken.
 
     Args:
         clients: each client's classifier, ``w1`` of shape ``(H_m, E_m)``.
@@ -231,17 +253,14 @@ def model_matching(
 
     """
     perms = list(perms)
+    totals = _Totals(previous)
+    for client, c, p, weight in zip(clients, cols, perms, weights, strict=True):
+        totals.add(client, c, p, weight)
     if len(clients) > 1:
         for _ in range(passes):
             m = int(torch.randint(len(clients), (1,), generator=generator))
-            others = [i for i in range(len(clients)) if i != m]
-            reference, coverage = matched_average(
-                [clients[i] for i in others],
-                [cols[i] for i in others],
-                [perms[i] for i in others],
-                [weights[i] for i in others],
-                previous,
-            )
+            totals.add(clients[m], cols[m], perms[m], weights[m], sign=-1)  # the server without m (leave one out)
+            reference, coverage = totals.mean()
             perms[m] = match_neurons(matching_cost(clients[m], cols[m], reference, coverage, weights[m], mode))
-    server, _ = matched_average(clients, cols, perms, weights, previous)
-    return server, perms
+            totals.add(clients[m], cols[m], perms[m], weights[m])
+    return totals.mean()[0], perms
