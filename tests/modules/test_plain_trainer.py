@@ -9,10 +9,10 @@ from lightning.pytorch import Callback
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from fedhet.modules import FedAvg, FedRep, LocalOnly
+from fedhet.modules import FedAvg, FedProx, FedRep, LocalOnly
 from tests.conftest import make_client
 
-METHODS = [LocalOnly, FedAvg, FedRep]
+METHODS = [LocalOnly, FedAvg, FedRep, FedProx]
 DIM = 5  # not the make_client default, so that a wrongly sized input layer shows
 
 
