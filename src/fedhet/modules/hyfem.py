@@ -13,7 +13,7 @@ the matched weights (:class:`~fedhet.callbacks.ModelMatching`).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -174,12 +174,12 @@ class HyFEM(FederatedClassifier):
         super().configure_model()
         self.anchors = nn.Module()
         for name, param in self.named_parameters():
-            self.anchors.register_buffer(name.replace(".", "/"), param.detach().clone())
+            self.anchors.register_buffer(anchor_key(name).removeprefix("anchors."), param.detach().clone())
         self.register_buffer("rounds_trained", torch.zeros((), dtype=torch.long))
 
     def anchor(self, name: str) -> Tensor:
         """The anchor of parameter ``name``."""
-        return self.anchors.get_buffer(name.replace(".", "/"))
+        return self.get_buffer(anchor_key(name))
 
     def configure_callbacks(self) -> list[Callback]:
         """:class:`~fedhet.callbacks.ModelMatching` with this module's architecture and matching settings."""
@@ -211,10 +211,12 @@ class HyFEM(FederatedClassifier):
 
     def proximal_terms(self) -> tuple[Tensor, Tensor]:
         r""":math:`r_{m,1} = \frac12\|\Theta_m - P_m\Theta_0\|^2` and :math:`r_{m,2} = \frac12\|w_m - \Pi_m w_0\|^2`."""
-        groups: tuple[list[tuple[Tensor, Tensor]], list[tuple[Tensor, Tensor]]] = ([], [])
-        for name, param in self.named_parameters():
-            groups[0 if name.startswith(EXTRACTORS) else 1].append((param, self.anchor(name)))
-        return tuple(proximal_penalty([p for p, _ in g], [a for _, a in g]).to(self.device) for g in groups)
+        named = list(self.named_parameters())
+        extractors = [(p, self.anchor(n)) for n, p in named if n.startswith(EXTRACTORS)]
+        classifier = [(p, self.anchor(n)) for n, p in named if not n.startswith(EXTRACTORS)]
+        r1 = proximal_penalty([p for p, _ in extractors], [a for _, a in extractors]).to(self.device)
+        r2 = proximal_penalty([p for p, _ in classifier], [a for _, a in classifier]).to(self.device)
+        return r1, r2
 
     def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
         """Cross-entropy plus the two proximal terms (those with a zero weight are skipped)."""
@@ -273,6 +275,6 @@ class HybridLocal(HyFEM):
         """No server step."""
         return []
 
-    def client_statistics(self) -> dict[str, Any]:
+    def client_statistics(self) -> dict[str, Tensor]:
         """Nothing leaves the client."""
         return {}
