@@ -1,11 +1,22 @@
-"""What the benchmark scripts share: a trainer that only trains, leaving evaluation to ``trainer.test``."""
+"""What the benchmark scripts share: a trainer that only trains, the machine's description, table writing."""
 
 from __future__ import annotations
 
+import csv
+import os
+import platform
+import subprocess
+import sys
+from collections.abc import Sequence
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from fedhet.plugins import FederatedTrainer
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
 
 def quiet_trainer(
@@ -28,3 +39,59 @@ def quiet_trainer(
         "default_root_dir": str(root),
     }
     return FederatedTrainer(**{**settings, **overrides})
+
+
+def environment(seed: int | None = None) -> dict[str, str]:
+    """Date, command, commit and machine of a benchmark run, for the footer of its results."""
+    import lightning
+
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True, timeout=10
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        commit = "unknown"
+    env = {
+        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "command": " ".join(["python", *sys.argv]),
+        "commit": commit,
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "lightning": lightning.__version__,
+        "torch threads": str(torch.get_num_threads()),
+        "cpus": str(os.cpu_count()),
+        "platform": platform.platform(),
+    }
+    if seed is not None:
+        env["seed"] = str(seed)
+    return env
+
+
+def write_table(
+    name: str,
+    title: str,
+    rows: Sequence[dict[str, Any]],
+    columns: dict[str, str],
+    notes: Sequence[str] = (),
+    env: dict[str, str] | None = None,
+    out_dir: Path = RESULTS_DIR,
+) -> str:
+    """Write ``rows`` to ``<out_dir>/<name>.csv`` (every key) and ``<name>.md`` (``columns``: key -> header).
+
+    Returns:
+        The Markdown text written.
+
+    """
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with (out_dir / f"{name}.csv").open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    lines = [f"# {title}", "", *notes, "" if notes else None, "| " + " | ".join(columns.values()) + " |"]
+    lines = [line for line in lines if line is not None]
+    lines.append("|" + "---|" * len(columns))
+    lines += ["| " + " | ".join(str(row.get(key, "")) for key in columns) + " |" for row in rows]
+    lines += ["", *(f"- {key}: `{value}`" for key, value in (env or environment()).items()), ""]
+    text = "\n".join(lines)
+    (out_dir / f"{name}.md").write_text(text)
+    return text

@@ -60,21 +60,18 @@ import argparse
 import csv
 import gc
 import logging
-import os
-import platform
 import statistics
-import subprocess
-import sys
 import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from _common import RESULTS_DIR, environment
 
 NUM_FEATURES = 32
 NUM_CLASSES = 10
@@ -82,7 +79,6 @@ HIDDEN = 64
 LR = 0.05
 BATCH_SIZE = 32
 MIN_SAMPLES, MAX_SAMPLES = 50, 100
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
 
 # --------------------------------------------------------------------------------------------------------- the data
@@ -301,29 +297,6 @@ def measure(num_clients: int, rounds: int, repeats: int, only: str | None, seed:
     return result
 
 
-def environment(args: argparse.Namespace) -> dict[str, str]:
-    import lightning
-
-    try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True, timeout=10
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        commit = "unknown"
-    return {
-        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "command": " ".join(["python", *sys.argv]),
-        "commit": commit,
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "lightning": lightning.__version__,
-        "torch threads": str(torch.get_num_threads()),
-        "cpus": str(os.cpu_count()),
-        "platform": platform.platform(),
-        "seed": str(args.seed),
-    }
-
-
 COLUMNS = {
     "clients": "clients",
     "rounds": "rounds (timed)",
@@ -431,7 +404,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     print_table(rows)
     if not args.no_save:
-        write_results(rows, environment(args), args.output_dir)
+        write_results(rows, environment(args.seed), args.output_dir)
         print(f"wrote {args.output_dir / 'engine_overhead.csv'} and {args.output_dir / 'engine_overhead.md'}")
 
 

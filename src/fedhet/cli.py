@@ -2,14 +2,36 @@
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 import yaml
-from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, _InstantiatorFn
 
 from fedhet.datamodules.federated import FederatedDataModule
 from fedhet.modules.base import FederatedModule
 from fedhet.plugins.trainer import FederatedTrainer
+
+
+def _import_class(path: str) -> Any:
+    module, _, name = path.rpartition(".")
+    return getattr(importlib.import_module(module), name)
+
+
+class _TopLevelHyperparameters(_InstantiatorFn):
+    """Lightning's instantiator, giving the config's hyperparameters only to the class the config names at ``key``.
+
+    Lightning hands the ``data`` (or ``model``) config's arguments to *every* datamodule (module) built while that
+    section is instantiated, so a federation nested in another (``AlignedFederation(federation=HeartFederation(...))``)
+    would save its outer federation's arguments as its own. Nested classes are built plainly here.
+    """
+
+    def __call__(self, class_type: type, *args: Any, applied_instantiation_links: dict, **kwargs: Any) -> Any:
+        config = self.cli._get(self.cli.config, self.key, default=None) or {}
+        class_path = config.get("class_path") if hasattr(config, "get") else None
+        if class_path is not None and _import_class(class_path) is not class_type:
+            return class_type(*args, **kwargs)
+        return super().__call__(class_type, *args, applied_instantiation_links=applied_instantiation_links, **kwargs)
 
 
 class FederatedCLI(LightningCLI):
@@ -45,6 +67,13 @@ class FederatedCLI(LightningCLI):
         parser.set_defaults({f"trainer.{k}": v for k, v in self.trainer_defaults.items() if k != "callbacks"})
         parser.add_lightning_class_args(self._model_class, "model", subclass_mode=self.subclass_mode_model)
         parser.add_lightning_class_args(self._datamodule_class, "data", subclass_mode=self.subclass_mode_data)
+
+    def _add_instantiators(self) -> None:
+        for key, base, subclasses in (
+            ("model", self._model_class, self.subclass_mode_model),
+            ("data", self._datamodule_class, self.subclass_mode_data),
+        ):
+            self.parser.add_instantiator(_TopLevelHyperparameters(cli=self, key=key), base, subclasses=subclasses)
 
     def instantiate_classes(self) -> None:
         """Build model, data and trainer; a value they refuse (``rounds: 0``...) ends like a parse error, exit 2."""

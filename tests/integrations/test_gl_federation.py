@@ -185,3 +185,23 @@ def test_configs_build_the_paper_settings(path, tmp_path, monkeypatch):
     else:
         assert not model.gated
         assert model.width == 128
+
+
+@pytest.mark.parametrize("path", sorted(CONFIGS.glob("covertype*.yaml")), ids=lambda p: p.stem)
+def test_covertype_configs_run_end_to_end_on_the_fixture(path, tmp_path, monkeypatch):
+    """Each Covertype config, unchanged but for the data file (the 400-row fixture of the UCI schema) and 1 round."""
+    from tests.datamodules.datasets.covtype_fixture import FIXTURE
+
+    monkeypatch.setattr("sys.argv", ["fedhet"])
+    nested = "federation.init_args." if "\n    federation:" in path.read_text() else ""
+    data = {"path": str(FIXTURE), "num_train": "200", "num_val": "60", "download": "false"}
+    overrides = [arg for key, value in data.items() for arg in (f"--data.init_args.{nested}{key}", value)]
+    cli = FederatedCLI(
+        args=["fit", "-c", str(path), "--trainer.default_root_dir", str(tmp_path), "--trainer.rounds", "1",
+              "--trainer.enable_progress_bar", "false", *overrides],
+    )  # fmt: skip
+    metrics = cli.trainer.history[-1]
+    num_clients = 1 if "centralised" in path.stem else 4
+    assert metrics["clients/participants"] == num_clients
+    assert 0.0 <= metrics["val/accuracy_mean"] <= 1.0
+    assert 0.0 <= metrics["val/auroc_mean"] <= 1.0

@@ -9,10 +9,10 @@ from lightning.pytorch import Callback
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from fedhet.modules import FedAvg, FedProx, FedRep, LocalOnly
+from fedhet.modules import FedAvg, FedBABU, FedPer, FedProx, FedRep, LocalOnly
 from tests.conftest import make_client
 
-METHODS = [LocalOnly, FedAvg, FedRep, FedProx]
+METHODS = [LocalOnly, FedAvg, FedRep, FedPer, FedBABU, FedProx]
 DIM = 5  # not the make_client default, so that a wrongly sized input layer shows
 
 
@@ -193,8 +193,9 @@ def test_configure_model_is_idempotent(method):
     assert params.keys() == again.keys()
     assert all(again[name] is params[name] for name in params)
     assert all(torch.equal(again[name], values[name]) for name in params)
-    assert module.val_metrics is module.evaluation_metrics("val")
-    assert module.test_metrics is not module.val_metrics
+    assert module.evaluation_metrics("val") is module.evaluation_metrics("val")
+    assert module.evaluation_metrics("test") is not module.evaluation_metrics("val")
+    assert not any("metric" in name for name, _ in module.named_modules())  # outside the module tree
 
 
 def test_configure_model_without_a_spec_names_setup_client():

@@ -6,7 +6,7 @@ import torch
 from fedhet.callbacks import FederatedCallback
 from fedhet.datamodules import FederatedDataModule
 from fedhet.functional import weighted_mean
-from fedhet.modules import FedAvg, FedRep, LocalOnly
+from fedhet.modules import FedAvg, FedBABU, FedPer, FedRep, LocalOnly
 from fedhet.plugins import FederatedTrainer, UniformSampler
 from fedhet.plugins.checkpoint import load_checkpoint
 from tests.conftest import make_client
@@ -313,3 +313,26 @@ def test_shared_parameters_must_agree_in_shape_across_clients(tmp_path):
         make_trainer(tmp_path).fit(FedAvg(hidden_dims=[8]), data)
     # a method that shares nothing runs on the same clients
     make_trainer(tmp_path / "local", rounds=1).fit(LocalOnly(hidden_dims=[8]), data)
+
+
+def test_fedper_shares_the_body_and_trains_body_and_head_together(tmp_path, tiny_federation):
+    rec = Recorder()
+    trainer = make_trainer(tmp_path, callbacks=[rec], rounds=2)
+    trainer.fit(FedPer(hidden_dims=[8]), tiny_federation)
+    assert all(set(u.shared) == {"body.1.weight", "body.1.bias"} for u in rec.updates[1])
+    assert set(trainer._store["a"].personal) == {"head.weight", "head.bias"}
+    assert [u.metrics["steps"] for u in rec.updates[0]] == [3, 2, 3, 2]  # one epoch of batch 8, no separate head epoch
+    assert not torch.equal(rec.before[1]["body.1.weight"], trainer.server_state.shared["body.1.weight"])
+
+
+def test_fedbabu_keeps_the_initial_head_and_finetunes_before_evaluation(tmp_path, tiny_federation):
+    rec = Recorder()
+    trainer = make_trainer(tmp_path, callbacks=[rec], rounds=2)
+    trainer.fit(FedBABU(hidden_dims=[8], finetune_epochs=2), tiny_federation)
+    initial = rec.before[0]
+    final = trainer.server_state.shared
+    assert torch.equal(final["head.weight"], initial["head.weight"])  # never trained, so averaging keeps it
+    assert not torch.equal(final["body.1.weight"], initial["body.1.weight"])
+    plain = make_trainer(tmp_path / "plain", rounds=2)
+    plain.fit(FedBABU(hidden_dims=[8], finetune_epochs=0), tiny_federation)
+    assert plain.history[-1]["val/acc_mean"] != trainer.history[-1]["val/acc_mean"]  # fine-tuning changes evaluation

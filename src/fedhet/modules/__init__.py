@@ -1,7 +1,7 @@
 """One LightningModule per method and baseline, each usable alone under a plain ``lightning.Trainer``."""
 
 from fedhet.modules.base import FederatedModule
-from fedhet.modules.baselines import FedAvg, FedProx, FedRep, LocalOnly
+from fedhet.modules.baselines import FedAvg, FedBABU, FedPer, FedProx, FedRep, LocalOnly
 from fedhet.modules.classifier import FederatedClassifier
 from fedhet.modules.fedpac import FedPAC
 from fedhet.modules.fedpac_nets import FedPACNet
@@ -10,8 +10,10 @@ from fedhet.modules.hyfem import HybridBody, HybridLocal, HyFEM
 
 __all__ = [
     "FedAvg",
+    "FedBABU",
     "FedPAC",
     "FedPACNet",
+    "FedPer",
     "FedProx",
     "FedRep",
     "FederatedClassifier",

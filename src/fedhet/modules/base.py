@@ -130,9 +130,38 @@ class FederatedModule(LightningModule):
         self.set_local_phase(None)
 
     # ---------------------------------------------------------------- evaluation
+    def configure_metrics(self, stage: str) -> MetricCollection:
+        """A new collection of the metrics that ``validation_step``/``test_step`` update for ``stage``.
+
+        Build them with ``sync_on_compute=False``: a client's metrics are its own, never reduced across processes.
+        """
+        raise NotImplementedError(f"{type(self).__name__} must define configure_metrics(stage)")
+
     def evaluation_metrics(self, stage: str) -> MetricCollection:
-        """The metrics that ``validation_step``/``test_step`` update for ``stage`` (``"val"`` or ``"test"``)."""
-        raise NotImplementedError(f"{type(self).__name__} must define evaluation_metrics(stage)")
+        """The metrics of ``stage`` (``"val"`` or ``"test"``), made by :meth:`configure_metrics` on first use.
+
+        They live outside the module tree: ``state_dict``, ``parameters`` and the optimizer never walk them (the
+        engine calls those for every client of every round), and modules built only to initialise a client's personal
+        layers never create them. They follow the module's device when asked for.
+        """
+        cache = self.__dict__.setdefault("_evaluation_metrics", {})
+        if stage not in cache or cache[stage][1] != self.device:
+            metrics = cache[stage][0] if stage in cache else self.configure_metrics(stage)
+            cache[stage] = (metrics.to(self.device), self.device)
+        return cache[stage][0]
+
+    def _log_evaluation(self, stage: str) -> None:
+        metrics = self.evaluation_metrics(stage)
+        self.log_dict({f"{stage}/{name}": value for name, value in metrics.compute().items()})
+        metrics.reset()
+
+    def on_validation_epoch_end(self) -> None:
+        """Under a plain Trainer: log the validation metrics of the epoch, then reset them."""
+        self._log_evaluation("val")
+
+    def on_test_epoch_end(self) -> None:
+        """Under a plain Trainer: log the test metrics of the epoch, then reset them."""
+        self._log_evaluation("test")
 
     def log(self, name: str, value: Any, *args: Any, **kwargs: Any) -> None:
         """Log through Lightning under a Trainer; under the federation engine metrics flow through its own loop."""

@@ -1,4 +1,4 @@
-"""The baselines every personalised method is measured against: Local, FedAvg (and FedAvg-FT), FedRep, FedProx."""
+"""The baselines personalised methods are measured against: Local, FedAvg (-FT), FedPer, FedRep, FedBABU, FedProx."""
 
 from __future__ import annotations
 
@@ -71,6 +71,42 @@ class FedRep(FederatedClassifier):
     def local_phases(self) -> list[LocalPhase]:
         """Head epochs, then body epochs."""
         return [LocalPhase("head", trainable=("head.*",), epochs=self.head_epochs), LocalPhase("body", ("body.*",))]
+
+
+class FedPer(FederatedClassifier):
+    """Shared body, personal head, both trained together in every local epoch.
+
+    Arivazhagan et al., "Federated Learning with Personalization Layers", arXiv:1912.00818, 2019: the base layers are
+    averaged by the server, the personalisation layers (here the linear head) never leave the client.
+
+    Args:
+        **kwargs: the :class:`FederatedClassifier` arguments.
+
+    """
+
+    shared = ("body.*",)
+
+
+class FedBABU(FedAvg):
+    """Only the body learns during federation; the head keeps the shared random initialisation until fine-tuning.
+
+    Oh, Kim & Yun, "FedBABU: Toward Enhanced Representation for Federated Image Classification", ICLR 2022. Every
+    client holds the same head (the server's initial one; it is never trained, so averaging leaves it unchanged) and
+    trains only the body in its local epochs; before each evaluation a client fine-tunes a copy of the whole model on
+    its own training data for ``finetune_epochs`` epochs (as FedAvg-FT does) and is evaluated with it.
+
+    Args:
+        finetune_epochs: local fine-tuning epochs before evaluation.
+        **kwargs: the :class:`FederatedClassifier` arguments.
+
+    """
+
+    def __init__(self, finetune_epochs: int = 1, **kwargs: Any) -> None:
+        super().__init__(finetune_epochs=finetune_epochs, **kwargs)
+
+    def local_phases(self) -> list[LocalPhase]:
+        """The body alone; the head stays frozen."""
+        return [LocalPhase("body", trainable=("body.*",))]
 
 
 class FedProx(FederatedClassifier):

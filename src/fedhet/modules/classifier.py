@@ -59,18 +59,19 @@ class FederatedClassifier(FederatedModule):
         return mlp(spec.input_dim, self.hidden_dims, self.dropout)
 
     def configure_model(self) -> None:
-        """Create ``body``, ``head`` and the metrics for the client (once)."""
+        """Create ``body`` and ``head`` for the client (once)."""
         if hasattr(self, "head"):
             return
         spec = self.spec
         self.body, width = self.build_body(spec)
         self.head = nn.Linear(width, spec.num_classes)
-        local = {"sync_on_compute": False}  # a client's metrics are its own, never reduced across processes
-        metrics = MetricCollection(
-            {"acc": MulticlassAccuracy(spec.num_classes, average="micro", **local), "loss": MeanMetric(**local)}
+
+    def configure_metrics(self, stage: str) -> MetricCollection:
+        """Accuracy over every evaluated sample and mean cross-entropy."""
+        local = {"sync_on_compute": False}
+        return MetricCollection(
+            {"acc": MulticlassAccuracy(self.spec.num_classes, average="micro", **local), "loss": MeanMetric(**local)}
         )
-        self.val_metrics = metrics
-        self.test_metrics = metrics.clone()
 
     def forward(self, x: Tensor) -> Tensor:
         """Class logits, shape ``(B, num_classes)``, for inputs of shape ``(B, *input_shape)``."""
@@ -89,7 +90,6 @@ class FederatedClassifier(FederatedModule):
         metrics = self.evaluation_metrics(stage)
         metrics["acc"].update(logits, y)
         metrics["loss"].update(F.cross_entropy(logits, y, reduction="none"))
-        self.log_dict({f"{stage}/{name}": metric for name, metric in metrics.items()}, on_epoch=True)
 
     def validation_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
         """Update the validation metrics."""
@@ -98,10 +98,6 @@ class FederatedClassifier(FederatedModule):
     def test_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
         """Update the test metrics."""
         self._evaluation_step(batch, "test")
-
-    def evaluation_metrics(self, stage: str) -> MetricCollection:
-        """``acc`` and ``loss`` metrics of ``stage``."""
-        return self.val_metrics if stage == "val" else self.test_metrics
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         """SGD or Adam over every parameter (a local phase freezes what it does not train)."""

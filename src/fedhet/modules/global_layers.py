@@ -360,22 +360,6 @@ class GlobalLayers(FederatedModule):
         self.norm_out = nn.BatchNorm1d(s)
         self.head = nn.Linear(s, self.num_outputs)
         self._buffer_names = frozenset(name for name, _ in self.named_buffers())
-        num_head_classes = len(classes)
-        stages = {}
-        for stage in ("val", "test"):
-            stages[stage] = MetricCollection(
-                {
-                    "auroc": ClientMetric("auroc", num_head_classes),
-                    "auroc_present": ClientMetric("auroc", num_head_classes, absent="skip"),
-                    "auprc": ClientMetric("auprc", num_head_classes),
-                    "auprc_present": ClientMetric("auprc", num_head_classes, absent="skip"),
-                    "balanced_accuracy": ClientMetric("balanced_accuracy", num_head_classes, threshold=self.threshold),
-                    "accuracy": ClientMetric("accuracy", num_head_classes, threshold=self.threshold),
-                    "loss": MeanMetric(sync_on_compute=False),
-                },
-                compute_groups=False,
-            )
-        self.val_metrics, self.test_metrics = stages["val"], stages["test"]
         self.train(self.training)  # apply bn_mode to the new layers
 
     def is_shared(self, name: str) -> bool:
@@ -428,7 +412,6 @@ class GlobalLayers(FederatedModule):
                 metric.update(losses[target >= 0] if self.num_outputs > 1 else losses)
             else:
                 metric.update(logits, target)
-        self.log_dict({f"{stage}/{name}": metric for name, metric in metrics.items()}, on_epoch=True)
 
     def validation_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
         """Update the validation metrics."""
@@ -438,9 +421,21 @@ class GlobalLayers(FederatedModule):
         """Update the test metrics."""
         self._evaluation_step(batch, "test")
 
-    def evaluation_metrics(self, stage: str) -> MetricCollection:
-        """The per-client metrics of ``stage`` (see the class docstring)."""
-        return self.val_metrics if stage == "val" else self.test_metrics
+    def configure_metrics(self, stage: str) -> MetricCollection:
+        """The per-client metrics (see the class docstring), over the head's classes."""
+        num_head_classes = len(self.classes)
+        return MetricCollection(
+            {
+                "auroc": ClientMetric("auroc", num_head_classes),
+                "auroc_present": ClientMetric("auroc", num_head_classes, absent="skip"),
+                "auprc": ClientMetric("auprc", num_head_classes),
+                "auprc_present": ClientMetric("auprc", num_head_classes, absent="skip"),
+                "balanced_accuracy": ClientMetric("balanced_accuracy", num_head_classes, threshold=self.threshold),
+                "accuracy": ClientMetric("accuracy", num_head_classes, threshold=self.threshold),
+                "loss": MeanMetric(sync_on_compute=False),
+            },
+            compute_groups=False,
+        )
 
     # ---------------------------------------------------------------- federation
     def configure_optimizers(self) -> torch.optim.Optimizer:

@@ -19,6 +19,7 @@ from lightning.pytorch.loggers import CSVLogger
 
 from fedhet.plugins.aggregators import Aggregator, WeightedMean
 from fedhet.plugins.checkpoint import load_checkpoint, save_checkpoint
+from fedhet.plugins.client_store import ClientStore
 from fedhet.plugins.distributed import gather_objects, owner_rank
 from fedhet.plugins.local_loop import evaluate_client, run_local_training
 from fedhet.plugins.protocols import FederatedModuleProtocol
@@ -71,6 +72,9 @@ class FederatedTrainer:
         log_per_client: also log each client's evaluation metrics.
         max_client_failures: the fraction of a round's clients that may fail (raise, or upload NaN/Inf) before the
             run stops; failed clients are left out of that round's aggregate and named in the log.
+        client_state_budget_mb: keep at most this many MiB of clients' personal state (and kept optimizer state) in
+            memory per process; the least recently trained clients' states spill to ``<root>/client_state/`` and are
+            read back when those clients next take part. ``None`` keeps every state in memory.
 
     """
 
@@ -95,6 +99,7 @@ class FederatedTrainer:
         enable_progress_bar: bool = True,
         log_per_client: bool = True,
         max_client_failures: float = 0.5,
+        client_state_budget_mb: float | None = None,
     ) -> None:
         for name, value, low in (
             ("rounds", rounds, 1),
@@ -107,6 +112,10 @@ class FederatedTrainer:
             raise ValueError(f"FederatedTrainer: field 'local_steps' must be at least 1, got {local_steps}")
         if checkpoint_every < 0:
             raise ValueError(f"FederatedTrainer: field 'checkpoint_every' must be >= 0, got {checkpoint_every}")
+        if client_state_budget_mb is not None and client_state_budget_mb < 0:
+            raise ValueError(
+                f"FederatedTrainer: field 'client_state_budget_mb' must be >= 0, got {client_state_budget_mb}"
+            )
         if not 0.0 <= max_client_failures <= 1.0:
             raise ValueError(
                 f"FederatedTrainer: field 'max_client_failures' must be in [0, 1], got {max_client_failures}"
@@ -123,6 +132,7 @@ class FederatedTrainer:
         self.enable_progress_bar = enable_progress_bar
         self.log_per_client = log_per_client
         self.max_client_failures = max_client_failures
+        self.client_state_budget_mb = client_state_budget_mb
         self._fabric_kwargs = {
             "accelerator": accelerator,
             "strategy": strategy,
@@ -138,7 +148,7 @@ class FederatedTrainer:
         self.server_state = ServerState()
         self.history: list[dict[str, float]] = []
         self.current_round = 0
-        self._store: dict[str, ClientState] = {}
+        self._store = ClientStore()
         self._comm_totals = {"up": 0, "down": 0}
         self._has_state = False
         self.fitting = False
@@ -293,8 +303,17 @@ class FederatedTrainer:
                     )
                 shared.setdefault(name, value.detach().cpu().clone())
         self.server_state = ServerState(shared=shared)
-        self._store = {}
+        self._store = self._new_store()
         self._has_state = True
+
+    def _new_store(self) -> ClientStore:
+        """An empty client state store, spilling to ``<root>/client_state/rank<r>`` past ``client_state_budget_mb``."""
+        if self.client_state_budget_mb is None:
+            return ClientStore()
+        spill_dir = self.default_root_dir / "client_state" / f"rank{self._fabric.global_rank}"
+        store = ClientStore(int(self.client_state_budget_mb * 2**20), spill_dir)
+        store.clear()  # states spilled by an earlier run are stale: the checkpoint is the truth
+        return store
 
     def owns(self, client_id: str) -> bool:
         """Whether this process trains and keeps the state of ``client_id``."""
@@ -497,7 +516,7 @@ class FederatedTrainer:
     def save_checkpoint(self, path: str | Path) -> None:
         """Write the whole federation (server, every client, callbacks, history) to ``path``, atomically."""
         fabric = self._fabric
-        stores = gather_objects(fabric, {cid: s.state_dict() for cid, s in self._store.items()})
+        stores = gather_objects(fabric, dict(self._store.state_dicts()))
         callbacks = {self._callback_key(cb): cb.state_dict() for cb in self._callbacks if hasattr(cb, "state_dict")}
         if fabric.is_global_zero:
             save_checkpoint(
@@ -530,7 +549,10 @@ class FederatedTrainer:
                 f"checkpoint {str(path)!r} was written with seed {state['seed']}, field 'seed' is {self.seed}"
             )
         self.server_state.load_state_dict(state["server"])
-        self._store = {cid: ClientState.from_state_dict(s) for cid, s in state["clients"].items() if self.owns(cid)}
+        self._store = self._new_store()
+        for cid, client_state in state["clients"].items():
+            if self.owns(cid):
+                self._store[cid] = ClientState.from_state_dict(client_state)
         for cb in self._callbacks:
             key = self._callback_key(cb)
             if key in state["callbacks"] and hasattr(cb, "load_state_dict"):
