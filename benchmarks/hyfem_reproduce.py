@@ -19,13 +19,12 @@ Matching cost: seconds for one round's :func:`~fedhet.functional.model_matching`
 random classifiers as the hidden width and the number of clients grow.
 
 Run from the repository root: ``python benchmarks/hyfem_reproduce.py --seeds 3 --rounds 32``. Writes
-``benchmarks/results/hyfem_reproduce{tag}.{csv,md}``, ``hyfem_accuracy{tag}.png`` and ``hyfem_matching_cost.csv``.
+``benchmarks/results/hyfem_reproduce{tag}.{csv,md}``, ``hyfem_accuracy{tag}.png`` and ``hyfem_matching_cost.{csv,md}``.
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
 import importlib
 import statistics
 import tempfile
@@ -36,11 +35,10 @@ from typing import Any
 import torch
 import yaml
 
-from _common import quiet_trainer
+from _common import RESULTS_DIR, environment, quiet_trainer, write_table
 from fedhet.functional import Classifier, model_matching
 
 ROOT = Path(__file__).parents[1]
-RESULTS = Path(__file__).parent / "results"
 SETTINGS = {
     "digits": {
         "HyFEM": "digits_quadrants",
@@ -150,9 +148,11 @@ def main() -> None:
     parser.add_argument("--skip-cost", action="store_true", help="do not time the matching")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    RESULTS.mkdir(parents=True, exist_ok=True)
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
 
-    rows, curves, unused = [], {}, {}
+    rows: list[dict[str, Any]] = []
+    curves: dict[str, Any] = {}
+    unused: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for setting in args.settings:
             curves[setting] = {}
@@ -169,76 +169,78 @@ def main() -> None:
                     metrics = {"server (global)": "test/acc_mean"}
                 for metric, key in metrics.items():
                     mean, std = mean_std([100 * r["test"][key] for r in results])
-                    rows.append([setting, method, metric, f"{mean:.2f}", f"{std:.2f}", f"{seconds:.1f}"])
-                print(setting, method, [(r[2], r[3]) for r in rows if r[:2] == [setting, method]], flush=True)
+                    rows.append(
+                        {
+                            "setting": setting,
+                            "method": method,
+                            "model": metric,
+                            "test_acc_mean": round(mean, 2),
+                            "test_acc_std": round(std, 2),
+                            "accuracy": f"{mean:.2f} ± {std:.2f}",
+                            "seconds_per_run": round(seconds, 1),
+                        }
+                    )
+                print(
+                    setting,
+                    method,
+                    [r["accuracy"] for r in rows if r["method"] == method and r["setting"] == setting],
+                    flush=True,
+                )
+    plot(curves, RESULTS_DIR / f"hyfem_accuracy{args.tag}.png")
 
-    cost = []
-    if not args.skip_cost:
-        cost = [("clients", m, 64, matching_seconds(m, 64)) for m in (4, 8, 16, 32)]
-        cost += [("hidden", 6, h, matching_seconds(6, h)) for h in (32, 64, 128, 256)]
+    def value(setting: str, method: str, model: str) -> float:
+        return next(
+            r["test_acc_mean"] for r in rows if (r["setting"], r["method"], r["model"]) == (setting, method, model)
+        )
 
-    header = ["setting", "method", "metric", "test_acc_mean", "test_acc_std", "seconds_per_run"]
-    with (RESULTS / f"hyfem_reproduce{args.tag}.csv").open("w", newline="") as f:
-        csv.writer(f).writerows([header, *rows])
-    if cost:
-        with (RESULTS / "hyfem_matching_cost.csv").open("w", newline="") as f:
-            csv.writer(f).writerows([["sweep", "clients", "hidden", "seconds_per_round"], *cost])
-    plot(curves, RESULTS / f"hyfem_accuracy{args.tag}.png")
-
-    def value(setting: str, method: str, metric: str) -> float:
-        return next(float(r[3]) for r in rows if r[:3] == [setting, method, metric])
-
-    md = [
-        "# HyFEM reproduction (small scale, offline data)",
-        "",
-        f"Command: `python benchmarks/hyfem_reproduce.py --seeds {args.seeds} --rounds {args.rounds}"
-        f" --eval-every {args.eval_every} --settings {' '.join(args.settings)}"
-        + (f" --tag {args.tag}" if args.tag else "")
-        + (" --skip-cost" if args.skip_cost else "")
-        + "`",
-        "",
-        f"{args.rounds} rounds of Q = 32 local SGD steps (batch 32) for every method (the shipped configs: 64 rounds;"
-        " the paper: T = 64 or 128, Q = 32). Test accuracy (%) after the last round, mean ± std over"
-        f" {args.seeds} seeds (seed = data split and training). Unused (block, class) data:"
-        + "".join(f" {s} {100 * u:.1f}%;" for s, u in unused.items()),
-        "",
-        "| setting | method | model | test accuracy | s/run |",
-        "|---|---|---|---|---|",
-        *[f"| {r[0]} | {r[1]} | {r[2]} | {r[3]} ± {r[4]} | {r[5]} |" for r in rows],
-        "",
-        "Paper's qualitative claims (section 4 and appendix C.1; the paper reports curves, no numbers):",
-        "",
-    ]
+    claims = ["Paper's qualitative claims (section 4, appendix C.1; the paper reports curves, no numbers):", ""]
     for setting in args.settings:
         server, clients = value(setting, "HyFEM", "server (global)"), value(setting, "HyFEM", "clients (mean)")
-        alone, central = (
-            value(setting, "stand-alone", "clients (mean)"),
-            value(setting, "centralised", "server (global)"),
-        )
-        md += [
+        alone = value(setting, "stand-alone", "clients (mean)")
+        central = value(setting, "centralised", "server (global)")
+        claims.append(
             f"* {setting}: server {server:.2f} > stand-alone {alone:.2f}: {server > alone};"
             f" server within {central - server:.2f} points of centralised {central:.2f};"
-            f" clients {clients:.2f} > stand-alone {alone:.2f}: {clients > alone};"
-            f" clients < server: {clients < server}",
-        ]
+            f" clients {clients:.2f} > stand-alone {alone:.2f}: {clients > alone}; clients < server: {clients < server}"
+        )
         if "FedProx (TL, BL)" in SETTINGS[setting]:
             fedprox = value(setting, "FedProx (TL, BL)", "server (global)")
-            md.append(f"* {setting}: HyFEM server {server:.2f} and clients {clients:.2f} vs FedProx {fedprox:.2f}")
-    md += [
+            claims.append(f"* {setting}: HyFEM server {server:.2f} and clients {clients:.2f} vs FedProx {fedprox:.2f}")
+    notes = [
+        f"{args.rounds} rounds of Q = 32 local SGD steps (batch 32) for every method (the shipped configs: 64 rounds;"
+        " the paper: T = 64 or 128, Q = 32). Test accuracy (%) after the last round, mean ± std over"
+        f" {args.seeds} seeds (seed = data split and training); s/run measured on a shared, busy machine. Unused"
+        " (block, class) data:" + "".join(f" {s} {100 * u:.1f}%;" for s, u in unused.items()),
+        "",
+        *claims,
         "",
         f"Validation accuracy over rounds: `hyfem_accuracy{args.tag}.png`.",
     ]
-    if cost:
-        md += [
-            "",
-            "Matching cost: one round of `model_matching` (2M passes, exact cost, 4 blocks of 32 features, each"
-            " client with 3 of them, 10 classes), median of 3, one thread:",
-            "",
-            "| clients M | hidden H = H_0 | seconds per round |",
-            "|---|---|---|",
-            *[f"| {m} | {h} | {s:.4f} |" for _, m, h, s in cost],
-        ]
-    (RESULTS / f"hyfem_reproduce{args.tag}.md").write_text("\n".join(md) + "\n")
+    columns = {"setting": "setting", "method": "method", "model": "model", "accuracy": "test accuracy (%)"}
+    write_table(
+        f"hyfem_reproduce{args.tag}",
+        "HyFEM reproduction (small scale, offline data)",
+        rows,
+        {**columns, "seconds_per_run": "s/run"},
+        notes,
+        environment(),
+    )
+    if not args.skip_cost:
+        cost = [{"clients": m, "hidden": 64, "seconds_per_round": matching_seconds(m, 64)} for m in (4, 8, 16, 32)]
+        cost += [{"clients": 6, "hidden": h, "seconds_per_round": matching_seconds(6, h)} for h in (32, 64, 128, 256)]
+        for row in cost:
+            row["seconds_per_round"] = round(row["seconds_per_round"], 4)
+        write_table(
+            "hyfem_matching_cost",
+            "HyFEM: cost of one round of neuron matching",
+            cost,
+            {"clients": "clients M", "hidden": "hidden H = H_0", "seconds_per_round": "seconds per round"},
+            [
+                "`model_matching` with 2M passes, exact cost, 4 blocks of 32 features (each client holds 3), 10"
+                " classes, random classifiers; median of 3, one torch thread."
+            ],
+            environment(),
+        )
 
 
 if __name__ == "__main__":
