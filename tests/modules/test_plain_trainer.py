@@ -9,10 +9,10 @@ from lightning.pytorch import Callback
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from fedhet.modules import FedAvg, FedBABU, FedPer, FedRep, LocalOnly
+from fedhet.modules import FedAvg, FedBABU, FedPer, FedProx, FedRep, LocalOnly
 from tests.conftest import make_client
 
-METHODS = [LocalOnly, FedAvg, FedRep, FedPer, FedBABU]
+METHODS = [LocalOnly, FedAvg, FedRep, FedPer, FedBABU, FedProx]
 DIM = 5  # not the make_client default, so that a wrongly sized input layer shows
 
 

@@ -6,6 +6,7 @@ from fedhet.callbacks.centroid_sync import CentroidSync
 from fedhet.callbacks.dictionary_averaging import DictionaryAveraging
 from fedhet.callbacks.head_mixing import HeadMixing
 from fedhet.callbacks.kernel_sync import KernelSync
+from fedhet.callbacks.model_matching import ModelMatching
 from fedhet.callbacks.progress import RichRoundProgress
 
 __all__ = [
@@ -15,5 +16,6 @@ __all__ = [
     "FederatedCallback",
     "HeadMixing",
     "KernelSync",
+    "ModelMatching",
     "RichRoundProgress",
 ]

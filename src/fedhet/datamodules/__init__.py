@@ -11,6 +11,7 @@ from fedhet.datamodules.datasets import (
 from fedhet.datamodules.digits import DigitsFederation
 from fedhet.datamodules.domains import DigitsDomains, DigitsTransformDomains, RotatedBlobsDomains
 from fedhet.datamodules.federated import FederatedDataModule
+from fedhet.datamodules.hybrid import HybridFederation
 from fedhet.datamodules.partitioned import PartitionedFederation
 from fedhet.datamodules.spec import ClientSpec
 from fedhet.datamodules.synthetic import LinearMappingToy, NoisyFeaturesToy
@@ -26,6 +27,7 @@ __all__ = [
     "DigitsTransformDomains",
     "FederatedDataModule",
     "HeartFederation",
+    "HybridFederation",
     "LinearMappingToy",
     "MultipleFeaturesFederation",
     "NoisyFeaturesToy",

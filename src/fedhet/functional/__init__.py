@@ -32,6 +32,15 @@ from fedhet.functional.head_mixing import (
     repair_psd,
     solve_simplex_qp,
 )
+from fedhet.functional.matching import (
+    Classifier,
+    match_neurons,
+    matched_average,
+    matching_cost,
+    matching_objective,
+    model_matching,
+    project_classifier,
+)
 from fedhet.functional.partition import (
     HybridPartition,
     dirichlet_label_skew,
@@ -44,6 +53,7 @@ from fedhet.functional.partition import (
     shard_label_skew,
     split_indices,
 )
+from fedhet.functional.proximal import proximal_penalty
 from fedhet.functional.representation_kernels import kernel_penalty, random_alignment_inputs
 from fedhet.functional.spd import tangent_vectors, trial_covariances
 from fedhet.functional.tabular_metrics import balanced_accuracy, binary_auprc, binary_auroc, one_vs_rest
@@ -56,6 +66,7 @@ from fedhet.functional.wasserstein import (
 )
 
 __all__ = [
+    "Classifier",
     "HybridPartition",
     "add_noise_features",
     "aggregate_centroids",
@@ -84,10 +95,17 @@ __all__ = [
     "kernel_penalty",
     "hybrid_partition",
     "init_dictionary",
+    "match_neurons",
+    "matched_average",
+    "matching_cost",
+    "matching_objective",
     "mix_heads",
+    "model_matching",
     "one_vs_rest",
     "permute_labels_by_group",
+    "project_classifier",
     "project_simplex",
+    "proximal_penalty",
     "prune_features",
     "psd_sqrt",
     "quantity_skew",

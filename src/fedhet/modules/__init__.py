@@ -1,7 +1,7 @@
 """One LightningModule per method and baseline, each usable alone under a plain ``lightning.Trainer``."""
 
 from fedhet.modules.base import FederatedModule
-from fedhet.modules.baselines import FedAvg, FedBABU, FedPer, FedRep, LocalOnly
+from fedhet.modules.baselines import FedAvg, FedBABU, FedPer, FedProx, FedRep, LocalOnly
 from fedhet.modules.classifier import FederatedClassifier
 from fedhet.modules.feddadil import FedDaDiL
 from fedhet.modules.fedhenn import FedHeNN
@@ -9,6 +9,7 @@ from fedhet.modules.fedpac import FedPAC
 from fedhet.modules.fedpac_nets import FedPACNet
 from fedhet.modules.flic import FLIC, HetFedRep, HetLocal
 from fedhet.modules.global_layers import GlobalLayers
+from fedhet.modules.hyfem import HybridBody, HybridLocal, HyFEM
 
 __all__ = [
     "FLIC",
@@ -19,11 +20,15 @@ __all__ = [
     "FedPAC",
     "FedPACNet",
     "FedPer",
+    "FedProx",
     "FedRep",
     "FederatedClassifier",
     "FederatedModule",
     "GlobalLayers",
     "HetFedRep",
     "HetLocal",
+    "HyFEM",
+    "HybridBody",
+    "HybridLocal",
     "LocalOnly",
 ]

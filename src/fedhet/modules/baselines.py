@@ -1,9 +1,13 @@
-"""The baselines every personalised method is measured against: Local, FedAvg (-FT), FedPer, FedRep, FedBABU."""
+"""The baselines personalised methods are measured against: Local, FedAvg (-FT), FedPer, FedRep, FedBABU, FedProx."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import torch
+from torch import Tensor
+
+from fedhet.functional.proximal import proximal_penalty
 from fedhet.modules.classifier import FederatedClassifier
 from fedhet.plugins.protocols import LocalPhase
 
@@ -103,3 +107,39 @@ class FedBABU(FedAvg):
     def local_phases(self) -> list[LocalPhase]:
         """The body alone; the head stays frozen."""
         return [LocalPhase("body", trainable=("body.*",))]
+
+
+class FedProx(FederatedClassifier):
+    r"""One global model; each client adds :math:`\frac{\mu}{2}\|\theta - \theta^t\|^2` to its local loss.
+
+    Li et al., "Federated Optimization in Heterogeneous Networks", MLSys 2020. :math:`\theta^t` is the model the
+    client received at the start of the round (under a plain Trainer: the model at the start of ``fit``). With
+    ``mu = 0`` this is FedAvg.
+
+    Args:
+        mu: weight of the proximal term.
+        **kwargs: the :class:`FederatedClassifier` arguments.
+
+    """
+
+    shared = ("*",)
+
+    def __init__(self, mu: float = 0.1, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        if mu < 0:
+            raise ValueError(f"FedProx: field 'mu' must be >= 0, got {mu}")
+        self.mu = mu
+        self._received: list[Tensor] = []
+
+    def on_train_start(self) -> None:
+        """Remember the received model, the proximal term's anchor."""
+        self._received = [param.detach().clone() for param in self.parameters()]
+
+    def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
+        """Cross-entropy plus the proximal term."""
+        x, y = batch
+        loss = torch.nn.functional.cross_entropy(self(x), y)
+        if self.mu > 0 and self._received:
+            loss = loss + self.mu * proximal_penalty(self.parameters(), self._received).to(loss.device)
+        self.log("train/loss", loss, prog_bar=True)
+        return loss
