@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, NamedTuple
 
 import torch
 from torch import Tensor
@@ -54,6 +54,22 @@ class ClientUpdate:
     def num_bytes(self) -> int:
         """Bytes sent up: shared parameters plus statistics."""
         return num_bytes(self.shared) + num_bytes(self.statistics)
+
+
+class ClientFailure(NamedTuple):
+    """A sampled client whose upload was left out of a round's aggregate.
+
+    Args:
+        client_id: the client's name.
+        kind: ``"error"`` (its training or data loading raised), ``"non_finite"`` (NaN/Inf loss or upload) or
+            ``"straggler"`` (over the trainer's time budget).
+        reason: a sentence for the log.
+
+    """
+
+    client_id: str
+    kind: Literal["error", "non_finite", "straggler"]
+    reason: str
 
 
 @dataclass

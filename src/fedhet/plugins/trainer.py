@@ -26,7 +26,15 @@ from fedhet.plugins.protocols import FederatedModuleProtocol
 from fedhet.plugins.sampling import ClientSampler, FullParticipation
 from fedhet.plugins.seeding import derive_seed, seeded
 from fedhet.plugins.slots import ModuleSlot
-from fedhet.plugins.state import ClientState, ClientUpdate, ServerState, non_finite, num_bytes, to_cpu
+from fedhet.plugins.state import (
+    ClientFailure,
+    ClientState,
+    ClientUpdate,
+    ServerState,
+    non_finite,
+    num_bytes,
+    to_cpu,
+)
 from fedhet.plugins.summaries import summarize_clients
 
 log = logging.getLogger(__name__)
@@ -70,8 +78,14 @@ class FederatedTrainer:
         checkpoint_every: save ``checkpoints/last.ckpt`` every this many rounds (0: never).
         enable_progress_bar: show a ``rich`` progress display (only on rank 0 and in a terminal).
         log_per_client: also log each client's evaluation metrics.
-        max_client_failures: the fraction of a round's clients that may fail (raise, or upload NaN/Inf) before the
-            run stops; failed clients are left out of that round's aggregate and named in the log.
+        max_client_failures: the fraction of a round's clients that may fail (raise, upload NaN/Inf, or straggle past
+            ``client_time_budget_s``) before the run stops; failed clients are left out of that round's aggregate,
+            named in the log and counted in ``clients/failed``.
+        client_time_budget_s: seconds of wall time a client's local work (loading its state, training, building its
+            upload) may take; a slower client (a straggler) is left out of that round's aggregate, keeps its previous
+            state and is counted in ``clients/failed`` and ``clients/stragglers``. ``None``: no limit. Wall time
+            depends on the machine, so a run that drops stragglers is only reproducible where the same clients
+            straggle.
         client_state_budget_mb: keep at most this many MiB of clients' personal state (and kept optimizer state) in
             memory per process; the least recently trained clients' states spill to ``<root>/client_state/`` and are
             read back when those clients next take part. ``None`` keeps every state in memory.
@@ -100,6 +114,7 @@ class FederatedTrainer:
         log_per_client: bool = True,
         max_client_failures: float = 0.5,
         client_state_budget_mb: float | None = None,
+        client_time_budget_s: float | None = None,
     ) -> None:
         for name, value, low in (
             ("rounds", rounds, 1),
@@ -120,6 +135,10 @@ class FederatedTrainer:
             raise ValueError(
                 f"FederatedTrainer: field 'max_client_failures' must be in [0, 1], got {max_client_failures}"
             )
+        if client_time_budget_s is not None and not client_time_budget_s > 0:
+            raise ValueError(
+                f"FederatedTrainer: field 'client_time_budget_s' must be positive or None, got {client_time_budget_s}"
+            )
         self.rounds = rounds
         self.local_epochs = local_epochs
         self.local_steps = local_steps
@@ -133,6 +152,7 @@ class FederatedTrainer:
         self.log_per_client = log_per_client
         self.max_client_failures = max_client_failures
         self.client_state_budget_mb = client_state_budget_mb
+        self.client_time_budget_s = client_time_budget_s
         self._fabric_kwargs = {
             "accelerator": accelerator,
             "strategy": strategy,
@@ -387,22 +407,23 @@ class FederatedTrainer:
         for cid in sampled:
             if not self.owns(cid):
                 continue
+            started = time.perf_counter()
             try:
                 update, state, down = self._fit_client(cid, round_idx)
             except Exception as err:  # a failing client must not take the run down: it is left out and named
-                failures.append((cid, f"{type(err).__name__}: {err}"))
+                failures.append(ClientFailure(cid, "error", f"{type(err).__name__}: {err}"))
                 self._slot(cid).refresh()
                 continue
-            bad = non_finite(update.shared, update.statistics)
-            if bad or not math.isfinite(update.metrics["loss"]):
-                failures.append((cid, f"non-finite upload in {bad or ['loss']}"))
+            failure = self._rejection(update, time.perf_counter() - started)
+            if failure is not None:
+                failures.append(failure)
                 continue
             self._store[cid] = state
             updates.append(update)
             bytes_down += down
         gathered = gather_objects(fabric, (updates, failures, bytes_down))
         updates = sorted((u for part in gathered for u in part[0]), key=lambda u: self._index[u.client_id])
-        failures = sorted((f for part in gathered for f in part[1]), key=lambda f: self._index[f[0]])
+        failures = sorted((f for part in gathered for f in part[1]), key=lambda f: self._index[f.client_id])
         bytes_down = sum(part[2] for part in gathered)
         self._check_failures(round_idx, sampled, updates, failures)
 
@@ -426,6 +447,7 @@ class FederatedTrainer:
             "train/loss_weighted": sum(w * x for w, x in zip(weights, losses, strict=True)) / max(sum(weights), 1),
             "clients/participants": float(len(updates)),
             "clients/failed": float(len(failures)),
+            "clients/stragglers": float(sum(f.kind == "straggler" for f in failures)),
             "comm/bytes_up": float(bytes_up),
             "comm/bytes_down": float(bytes_down),
             "comm/bytes_up_total": float(self._comm_totals["up"]),
@@ -436,13 +458,29 @@ class FederatedTrainer:
         metrics["time/round_s"] = time.perf_counter() - start
         return metrics
 
+    def _rejection(self, update: ClientUpdate, seconds: float) -> ClientFailure | None:
+        """Why a trained client's upload is left out of the aggregate (non-finite, or too slow), or ``None``."""
+        bad = non_finite(update.shared, update.statistics)
+        if bad or not math.isfinite(update.metrics["loss"]):
+            return ClientFailure(update.client_id, "non_finite", f"non-finite upload in {bad or ['loss']}")
+        if self.client_time_budget_s is not None and seconds > self.client_time_budget_s:
+            return ClientFailure(
+                update.client_id,
+                "straggler",
+                f"straggler: local training took {seconds:.3f} s,"
+                f" over client_time_budget_s={self.client_time_budget_s}",
+            )
+        return None
+
     def _check_failures(
-        self, round_idx: int, sampled: list[str], updates: list[ClientUpdate], failures: list[tuple[str, str]]
+        self, round_idx: int, sampled: list[str], updates: list[ClientUpdate], failures: list[ClientFailure]
     ) -> None:
-        for cid, reason in failures:
-            log.warning("round %d: client '%s' left out of the aggregate: %s", round_idx, cid, reason)
+        for failure in failures:
+            log.warning(
+                "round %d: client '%s' left out of the aggregate: %s", round_idx, failure.client_id, failure.reason
+            )
         if failures and (not updates or len(failures) > self.max_client_failures * len(sampled)):
-            details = "; ".join(f"'{cid}': {reason}" for cid, reason in failures)
+            details = "; ".join(f"'{f.client_id}': {f.reason}" for f in failures)
             raise RuntimeError(
                 f"round {round_idx}: {len(failures)} of {len(sampled)} clients failed, more than"
                 f" max_client_failures={self.max_client_failures} allows: {details}"
