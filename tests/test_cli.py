@@ -7,11 +7,14 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from fedhet.callbacks import RichRoundProgress
 from fedhet.cli import FederatedCLI, main
 from fedhet.datamodules import FederatedDataModule
+from fedhet.modules import FedAvg
+from fedhet.plugins import FederatedTrainer, UniformSampler
 
 ROOT = Path(__file__).parents[1]
 CONFIG_DIR = ROOT / "configs"
@@ -301,13 +304,96 @@ def test_bad_values_are_refused_before_any_data_is_read(extra, needle, tmp_path,
     assert not any(tmp_path.iterdir())
 
 
-def test_min_clients_above_the_federation_size_is_refused_at_fit_start(tmp_path):
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        (["--trainer.rounds", "-3"], "'rounds' must be at least 1"),
+        (["--trainer.local_steps", "0"], "'local_steps' must be at least 1"),
+        (["--trainer.max_client_failures", "1.5"], "'max_client_failures' must be in [0, 1]"),
+        (["--trainer.client_time_budget_s", "0"], "'client_time_budget_s' must be positive"),
+        (["--trainer.seed", "1.5"], "trainer.seed"),
+        (
+            [
+                "--trainer.sampler.class_path",
+                "fedhet.plugins.UniformSampler",
+                "--trainer.sampler.init_args.fraction",
+                "-0.5",
+            ],
+            "'fraction' must be in",
+        ),  # fmt: skip
+        (
+            [
+                "--trainer.sampler.class_path",
+                "fedhet.plugins.UniformSampler",
+                "--trainer.sampler.init_args.fractoin",
+                "0.5",
+            ],
+            "fractoin",
+        ),  # fmt: skip
+        (["--model.init_args.hidden_dims", "wide"], 'Parser key "hidden_dims"'),
+        (["--model.init_args.no_such_knob", "1"], "no_such_knob"),
+        (["--data.init_args.num_clients", "three"], 'Parser key "num_clients"'),
+    ],
+    ids=[
+        "rounds-negative",
+        "local-steps-0",
+        "failure-budget-above-1",
+        "time-budget-0",
+        "seed-not-an-int",
+        "fraction-negative",
+        "sampler-unknown-key",
+        "model-wrong-type",
+        "model-unknown-key",
+        "data-wrong-type",
+    ],
+)
+def test_more_bad_settings_are_refused_before_any_data_is_read(extra, needle, tmp_path, capsys, no_data):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "-c", FEDAVG, *tiny(tmp_path), *extra])
+    assert exit_info.value.code == 2
+    assert needle in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())
+
+
+def test_more_clients_per_round_than_clients_is_refused_before_any_data_is_read(tmp_path, capsys, no_data):
     extra = [
         "--trainer.sampler.class_path",
         "fedhet.plugins.UniformSampler",
         "--trainer.sampler.init_args.min_clients",
         "4",
     ]
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "-c", FEDAVG, *tiny(tmp_path), *extra])  # tiny() makes a federation of 3 clients
+    assert exit_info.value.code == 2
+    assert "'min_clients' is 4 but the federation has only 3 clients" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())
+
+
+def test_min_clients_above_a_federation_size_known_only_from_its_data_is_refused_at_fit_start(tmp_path):
+    federation = FederatedDataModule.from_tensors(
+        {c: (torch.rand(8, 3), torch.arange(8) % 2) for c in "abc"}, num_classes=2
+    )
+    federation.setup()
+    assert federation.declared_num_clients == 3
+    trainer = FederatedTrainer(
+        sampler=UniformSampler(0.5, min_clients=4), enable_progress_bar=False, default_root_dir=str(tmp_path)
+    )
     with pytest.raises(ValueError, match=r"'min_clients' is 4 but the federation has only 3 clients"):
-        main(["fit", "-c", FEDAVG, *tiny(tmp_path), *extra])
+        trainer.fit(FedAvg(hidden_dims=[4]), federation)
     assert not (tmp_path / "checkpoints").exists(), "no round may run"
+
+
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        ({"class_path": "fedhet.datamodules.DigitsFederation", "init_args": {"num_clients": 7}}, 7),
+        ({"class_path": "fedhet.datamodules.HeartFederation", "init_args": {"sites": ["cleveland", "va"]}}, 2),
+        ({"class_path": "fedhet.datamodules.MultipleFeaturesFederation"}, None),
+    ],
+    ids=["num-clients", "heart-sites", "unknown-until-setup"],
+)
+def test_federations_declare_their_size_without_reading_data(data, expected, tmp_path, no_data):
+    config = tmp_path / "data.yaml"
+    config.write_text(yaml.safe_dump({"data": data}))
+    cli = FederatedCLI(args=["-c", FEDAVG, "-c", str(config)], run=False)
+    assert cli.datamodule.declared_num_clients == expected

@@ -76,9 +76,17 @@ class FederatedCLI(LightningCLI):
             self.parser.add_instantiator(_TopLevelHyperparameters(cli=self, key=key), base, subclasses=subclasses)
 
     def instantiate_classes(self) -> None:
-        """Build model, data and trainer; a value they refuse (``rounds: 0``...) ends like a parse error, exit 2."""
+        """Build model, data and trainer; a value they refuse (``rounds: 0``...) ends like a parse error, exit 2.
+
+        A sampler that needs more clients per round than the federation declares (``min_clients`` above
+        ``data.num_clients``) is refused here too, before any data is read; where the count is only known from the
+        data, the trainer refuses it when ``fit`` starts, before any round runs.
+        """
         try:
             super().instantiate_classes()
+            num_clients = self.datamodule.declared_num_clients
+            if num_clients is not None:
+                self.trainer.sampler.validate(num_clients)
         except ValueError as err:
             self._parser(self.subcommand).error(str(err))
 

@@ -117,6 +117,22 @@ class FederatedDataModule(LightningDataModule):
         """Number of clients."""
         return len(self._setup_clients())
 
+    @property
+    def declared_num_clients(self) -> int | None:
+        """The number of clients as far as it is known without reading any data, for checks before a run starts.
+
+        Returns:
+            the number of clients given or built, else a ``num_clients`` hyperparameter (``save_hyperparameters``),
+            else ``None``: only :meth:`setup` can tell. Subclasses that know their count otherwise override this.
+
+        """
+        if self._clients is not None:
+            return len(self._clients)
+        if self._given_clients is not None:
+            return len(self._given_clients)
+        declared = self.hparams.get("num_clients")
+        return declared if isinstance(declared, int) else None
+
     def client(self, client_id: str) -> ClientDataModule:
         """Look a client up by id.
 

@@ -309,6 +309,11 @@ class HeartFederation(FederatedDataModule):
         self._feature_names: dict[str, tuple[str, ...]] = {}
 
     @property
+    def declared_num_clients(self) -> int:
+        """One client per site, known before any data is read."""
+        return len(self.sites)
+
+    @property
     def split_rows(self) -> dict[str, dict[str, np.ndarray]]:
         """Each client's rows of :func:`load_heart` in its ``"train"``, ``"val"`` and ``"test"`` splits, by site."""
         self.setup()
