@@ -1,0 +1,90 @@
+"""What leaves a client, for every method in the package: one row of CASES per method (add yours)."""
+
+import pytest
+import torch
+
+from fedhet.datamodules import ClientDataModule, FederatedDataModule
+from fedhet.modules import FedAvg, FedPAC, FedRep, GlobalLayers, LocalOnly
+from fedhet.modules.fedpac import CENTROIDS, COUNTS, HEAD_H, HEAD_V
+from tests.conftest import make_client
+from tests.plugins.uploads import UploadCase, check_uploads
+
+
+def blobs() -> FederatedDataModule:
+    """Three clients sharing one feature space (FedAvg, FedRep, FedPAC)."""
+    return FederatedDataModule(
+        [make_client("a", 40, 0, classes=(0, 1)), make_client("b", 32, 1, classes=(1, 2)), make_client("c", 48, 2)]
+    )
+
+
+def tabular_sites() -> FederatedDataModule:
+    """Three clients with their own columns (3, 4, 5) and partly their own classes (Global Layers)."""
+    clients = []
+    for cid, n, dim, classes in (("a", 30, 3, (0, 1)), ("b", 27, 4, (1, 2, 3)), ("c", 33, 5, (0, 3))):
+        g = torch.Generator().manual_seed(n)
+        y = torch.tensor(classes)[torch.randint(len(classes), (n,), generator=g)]
+        clients.append(ClientDataModule(cid, torch.randn(n, dim, generator=g) + y[:, None], y, 4, batch_size=8))
+    return FederatedDataModule(clients)
+
+
+GL_TINY = {"embed_dim": 4, "num_heads": 2, "num_blocks": 1, "width": 8}
+FEDPAC_STATISTICS = frozenset({CENTROIDS, COUNTS, HEAD_H, HEAD_V, "fedpac/head.weight", "fedpac/head.bias"})
+
+CASES = {
+    "LocalOnly": UploadCase(lambda: LocalOnly(hidden_dims=[8]), blobs, never=("*",)),
+    "FedAvg": UploadCase(lambda: FedAvg(hidden_dims=[8]), blobs),
+    "FedAvg-FT": UploadCase(lambda: FedAvg(hidden_dims=[8], finetune_epochs=1), blobs),
+    "FedRep": UploadCase(lambda: FedRep(hidden_dims=[8], head_epochs=1), blobs, never=("head.*",)),
+    "FedPAC": UploadCase(
+        lambda: FedPAC(hidden_dims=[8], head_epochs=1), blobs, statistics=FEDPAC_STATISTICS, never=("head.*",)
+    ),
+    "FedPAC-no-collaboration": UploadCase(
+        lambda: FedPAC(hidden_dims=[8], head_epochs=1, classifier_collaboration=False, feature_alignment=True),
+        blobs,
+        statistics=frozenset({CENTROIDS, COUNTS}),
+        never=("head.*",),
+    ),
+    "GlobalLayers": UploadCase(
+        lambda: GlobalLayers(**GL_TINY),
+        tabular_sites,
+        never=(
+            "input_norm.*",
+            "embedding.*",
+            "blocks.*",
+            "layer1.*",
+            "layer5.*",
+            "head.*",
+            "*running_*",
+            "*num_batches_tracked",
+            "label_index",
+        ),
+    ),  # fmt: skip
+}
+
+
+@pytest.mark.parametrize("case", list(CASES.values()), ids=list(CASES))
+def test_uploads_hold_only_the_declared_shared_parameters_and_statistics(case, tmp_path):
+    check_uploads(case, str(tmp_path))
+
+
+def test_the_check_catches_a_personal_layer_that_leaves_the_client(tmp_path):
+    class LeakyFedRep(FedRep):
+        shared = ("body.*", "head.bias")
+
+    leaky = UploadCase(lambda: LeakyFedRep(hidden_dims=[8], head_epochs=1), blobs, never=("head.*",))
+    with pytest.raises(AssertionError, match=r"personal state \['head.bias'\] left the client"):
+        check_uploads(leaky, str(tmp_path))
+
+
+def test_the_check_catches_raw_data_in_a_statistic(tmp_path):
+    class RawFedAvg(FedAvg):
+        def on_train_end(self):
+            super().on_train_end()
+            self.raw = next(iter(self.train_batches()))[0][:1].clone()
+
+        def client_statistics(self):
+            return {"first_sample": self.raw}
+
+    raw = UploadCase(lambda: RawFedAvg(hidden_dims=[8]), blobs, statistics=frozenset({"first_sample"}))
+    with pytest.raises(AssertionError, match="'first_sample' holds a raw training sample"):
+        check_uploads(raw, str(tmp_path))
