@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from numbers import Integral, Real
 
 import torch
 from lightning.pytorch import LightningDataModule
@@ -235,7 +236,22 @@ def _eval_loader(dataset: TensorPairDataset, batch_size: int) -> TensorBatchLoad
 def _check_scalars(
     client_id: str, num_classes: int, val_fraction: float, test_fraction: float, batch_size: int, eval_batch_size: int
 ) -> None:
-    """Check a client's scalar arguments, raising a ``ValueError`` that names the first bad one."""
+    """Check a client's id and scalar arguments, raising a ``TypeError``/``ValueError`` that names the first bad one."""
+    if not isinstance(client_id, str):
+        raise TypeError(field_error(str(client_id), "client_id", f"must be a str, got {type(client_id).__name__}"))
+    if not client_id:
+        raise ValueError(field_error(client_id, "client_id", "is empty; a client needs a name"))
+    types = (
+        ("num_classes", num_classes, Integral),
+        ("val_fraction", val_fraction, Real),
+        ("test_fraction", test_fraction, Real),
+        ("batch_size", batch_size, Integral),
+        ("eval_batch_size", eval_batch_size, Integral),
+    )
+    for field, value, expected_type in types:
+        if isinstance(value, bool) or not isinstance(value, expected_type):
+            kind = "an int" if expected_type is Integral else "a number"
+            raise TypeError(field_error(client_id, field, f"is {value!r} ({type(value).__name__}); expected {kind}"))
     checks = (
         ("num_classes", num_classes, num_classes >= 1, "at least 1"),
         ("val_fraction", val_fraction, 0 <= val_fraction < 1, "a value in [0, 1)"),
