@@ -1,6 +1,7 @@
-"""The Fabric-driven federation engine: round loop, client sampling, aggregation, client state, checkpoints."""
+"""The Fabric-driven federation engine: round loop, sampling, aggregation, client state, checkpoints, upload privacy."""
 
 from fedhet.plugins.aggregators import Aggregator, WeightedMean
+from fedhet.plugins.privacy import UploadPrivacy
 from fedhet.plugins.protocols import FederatedModuleProtocol, LocalPhase
 from fedhet.plugins.sampling import ClientSampler, FullParticipation, UniformSampler
 from fedhet.plugins.state import ClientState, ClientUpdate, ServerState
@@ -17,5 +18,6 @@ __all__ = [
     "LocalPhase",
     "ServerState",
     "UniformSampler",
+    "UploadPrivacy",
     "WeightedMean",
 ]

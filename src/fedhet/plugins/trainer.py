@@ -10,18 +10,21 @@ from collections.abc import Hashable, Iterable
 from pathlib import Path
 from typing import Any
 
+import torch
 import yaml
 from lightning.fabric import Fabric
 from lightning.fabric.loggers import Logger
 from lightning.fabric.utilities.apply_func import move_data_to_device
 from lightning.pytorch import Callback, LightningModule
 from lightning.pytorch.loggers import CSVLogger
+from torch import Tensor
 
 from fedhet.plugins.aggregators import Aggregator, WeightedMean
 from fedhet.plugins.checkpoint import load_checkpoint, save_checkpoint
 from fedhet.plugins.client_store import ClientStore
 from fedhet.plugins.distributed import gather_objects, owner_rank
 from fedhet.plugins.local_loop import evaluate_client, run_local_training
+from fedhet.plugins.privacy import UploadPrivacy
 from fedhet.plugins.protocols import FederatedModuleProtocol
 from fedhet.plugins.sampling import ClientSampler, FullParticipation
 from fedhet.plugins.seeding import derive_seed, seeded
@@ -89,6 +92,9 @@ class FederatedTrainer:
         client_state_budget_mb: keep at most this many MiB of clients' personal state (and kept optimizer state) in
             memory per process; the least recently trained clients' states spill to ``<root>/client_state/`` and are
             read back when those clients next take part. ``None`` keeps every state in memory.
+        privacy: client-level differential privacy of the uploads (:class:`~fedhet.plugins.UploadPrivacy`): clipped
+            updates, Gaussian noise on the aggregate of the shared parameters (uniform over clients, so ``aggregator``
+            must be left unset) and on the chosen statistics, and ``privacy/epsilon`` logged every round.
 
     """
 
@@ -115,6 +121,7 @@ class FederatedTrainer:
         max_client_failures: float = 0.5,
         client_state_budget_mb: float | None = None,
         client_time_budget_s: float | None = None,
+        privacy: UploadPrivacy | None = None,
     ) -> None:
         for name, value, low in (
             ("rounds", rounds, 1),
@@ -139,6 +146,11 @@ class FederatedTrainer:
             raise ValueError(
                 f"FederatedTrainer: field 'client_time_budget_s' must be positive or None, got {client_time_budget_s}"
             )
+        if privacy is not None and aggregator is not None:
+            raise ValueError(
+                "FederatedTrainer: field 'aggregator' must be unset when 'privacy' is set: the private aggregate is a"
+                " uniform mean of clipped updates plus noise"
+            )
         self.rounds = rounds
         self.local_epochs = local_epochs
         self.local_steps = local_steps
@@ -153,6 +165,7 @@ class FederatedTrainer:
         self.max_client_failures = max_client_failures
         self.client_state_budget_mb = client_state_budget_mb
         self.client_time_budget_s = client_time_budget_s
+        self.privacy = privacy
         self._fabric_kwargs = {
             "accelerator": accelerator,
             "strategy": strategy,
@@ -181,6 +194,11 @@ class FederatedTrainer:
         self._launch(model, state)
         self._prepare(model, datamodule, "fit")
         if state is not None:
+            if (state.get("privacy") is None) != (self.privacy is None):
+                raise ValueError(
+                    f"checkpoint {str(path)!r} was written {'without' if self.privacy else 'with'} field 'privacy';"
+                    " a run cannot switch differential privacy on or off when it resumes"
+                )
             self._restore(state, path, replay_logs=self._default_logger)
         self._log_run_config(model)
         fabric = self._fabric
@@ -427,11 +445,10 @@ class FederatedTrainer:
         bytes_down = sum(part[2] for part in gathered)
         self._check_failures(round_idx, sampled, updates, failures)
 
+        if self.privacy is not None:
+            updates = [self._privatize(update, round_idx) for update in updates]
         fabric.call("on_aggregate_start", trainer=self, round_idx=round_idx, updates=updates)
-        self._aggregator.reset()
-        for update in updates:
-            self._aggregator.update(update)
-        self.server_state.shared.update(self._aggregator.compute())
+        self.server_state.shared.update(self._aggregate(updates, len(sampled), round_idx))
         fabric.call(
             "on_aggregate_end", trainer=self, round_idx=round_idx, server_state=self.server_state, updates=updates
         )
@@ -453,10 +470,27 @@ class FederatedTrainer:
             "comm/bytes_up_total": float(self._comm_totals["up"]),
             "comm/bytes_down_total": float(self._comm_totals["down"]),
         }
+        if self.privacy is not None:
+            metrics.update(self.privacy.account(sample_rate=len(sampled) / len(self._client_ids)))
         if (round_idx + 1) % self.eval_every == 0 or round_idx == self.rounds - 1:
             metrics.update(self._evaluate("val", round_idx))
         metrics["time/round_s"] = time.perf_counter() - start
         return metrics
+
+    def _privatize(self, update: ClientUpdate, round_idx: int) -> ClientUpdate:
+        """The upload a private client sends (clipped update, noised statistics); noise seeded by (round, client)."""
+        generator = torch.Generator().manual_seed(derive_seed(self.seed, "privacy", round_idx, update.client_id))
+        return self.privacy.privatize(update, self.server_state.shared, generator)
+
+    def _aggregate(self, updates: list[ClientUpdate], num_sampled: int, round_idx: int) -> dict[str, Tensor]:
+        """The new shared parameters: the aggregator's, or the private aggregate when ``privacy`` is set."""
+        if self.privacy is not None:
+            generator = torch.Generator().manual_seed(derive_seed(self.seed, "privacy", round_idx))
+            return self.privacy.aggregate(updates, self.server_state.shared, num_sampled, generator)
+        self._aggregator.reset()
+        for update in updates:
+            self._aggregator.update(update)
+        return self._aggregator.compute()
 
     def _rejection(self, update: ClientUpdate, seconds: float) -> ClientFailure | None:
         """Why a trained client's upload is left out of the aggregate (non-finite, or too slow), or ``None``."""
@@ -568,6 +602,7 @@ class FederatedTrainer:
                     "callbacks": callbacks,
                     "history": self.history,
                     "comm_totals": dict(self._comm_totals),
+                    "privacy": self.privacy.state_dict() if self.privacy is not None else None,
                     "logger_versions": [lg.version for lg in fabric.loggers],
                 },
             )
@@ -586,6 +621,8 @@ class FederatedTrainer:
             raise ValueError(
                 f"checkpoint {str(path)!r} was written with seed {state['seed']}, field 'seed' is {self.seed}"
             )
+        if self.privacy is not None and state.get("privacy") is not None:
+            self.privacy.load_state_dict(state["privacy"])
         self.server_state.load_state_dict(state["server"])
         self._store = self._new_store()
         for cid, client_state in state["clients"].items():
