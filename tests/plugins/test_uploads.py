@@ -4,8 +4,9 @@ import pytest
 import torch
 
 from fedhet.datamodules import ClientDataModule, FederatedDataModule
-from fedhet.modules import FedAvg, FedPAC, FedRep, GlobalLayers, LocalOnly
+from fedhet.modules import FedAvg, FedBABU, FedPAC, FedPer, FedRep, GlobalLayers, LocalOnly
 from fedhet.modules.fedpac import CENTROIDS, COUNTS, HEAD_H, HEAD_V
+from fedhet.plugins import UploadPrivacy
 from tests.conftest import make_client
 from tests.plugins.uploads import UploadCase, check_uploads
 
@@ -35,6 +36,11 @@ CASES = {
     "FedAvg": UploadCase(lambda: FedAvg(hidden_dims=[8]), blobs),
     "FedAvg-FT": UploadCase(lambda: FedAvg(hidden_dims=[8], finetune_epochs=1), blobs),
     "FedRep": UploadCase(lambda: FedRep(hidden_dims=[8], head_epochs=1), blobs, never=("head.*",)),
+    "FedPer": UploadCase(lambda: FedPer(hidden_dims=[8]), blobs, never=("head.*",)),
+    "FedBABU": UploadCase(lambda: FedBABU(hidden_dims=[8]), blobs),  # the untrained head is shared, by design
+    "FedAvg-DP": UploadCase(
+        lambda: FedAvg(hidden_dims=[8]), blobs, trainer_kwargs={"privacy": UploadPrivacy(0.1, 1.0)}
+    ),
     "FedPAC": UploadCase(
         lambda: FedPAC(hidden_dims=[8], head_epochs=1), blobs, statistics=FEDPAC_STATISTICS, never=("head.*",)
     ),
