@@ -5,7 +5,8 @@ clients, 25% test), the models those of ``benchmarks/baselines_digits.py``. For 
 median L2 norm of the clients' shared-parameter updates in a run without privacy (seed 0); every client takes part in
 every round (sample rate q = 1), and the noise multiplier z for each target epsilon (delta = 1e-5, all rounds) comes
 from Opacus's RDP accountant. "clip only" clips at C with negligible noise (z = 1e-6: no meaningful epsilon) to
-separate the cost of clipping from that of noise. The epsilon column is the accountant's value after the last round,
+separate the cost of clipping from that of noise; Local (each client alone, nothing shared) is the reference a private
+federation should beat. The epsilon column is the accountant's value after the last round,
 as the trainer logged it.
 
 Run from the repository root: ``python benchmarks/privacy_cost.py [--seeds 3] [--rounds 30] [--clients 10]``.
@@ -26,12 +27,16 @@ from _common import quiet_trainer, write_table
 from fedhet.callbacks import FederatedCallback
 from fedhet.datamodules import DigitsFederation
 from fedhet.functional.privacy import global_l2_norm, noise_multiplier_for
-from fedhet.modules import FedAvg, FedRep
+from fedhet.modules import FedAvg, FedRep, LocalOnly
 from fedhet.plugins import UploadPrivacy
 
 RESULTS = Path(__file__).parent / "results"
 COMMON = {"hidden_dims": [64], "lr": 0.1, "momentum": 0.5}
-METHODS = {"FedAvg": lambda: FedAvg(**COMMON), "FedRep": lambda: FedRep(head_epochs=2, **COMMON)}
+METHODS = {
+    "FedAvg": lambda: FedAvg(**COMMON),
+    "FedRep": lambda: FedRep(head_epochs=2, **COMMON),
+    "Local": lambda: LocalOnly(**COMMON),  # the reference: nothing leaves a client, no privacy needed
+}
 EPSILONS = (16.0, 4.0, 1.0)
 DELTA = 1e-5
 KEYS = ("test/acc_mean", "test/acc_worst")
@@ -74,11 +79,14 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for method in METHODS:
-            probe = UpdateNorms()
-            run(method, 0, args, Path(tmp) / "probe", callbacks=[probe])
-            clip = statistics.median(probe.norms)
-            settings = {"no DP": None, "clip only": 1e-6}
-            settings |= {f"eps={e:g}": noise_multiplier_for(e, DELTA, 1.0, args.rounds) for e in EPSILONS}
+            if method == "Local":
+                clip, settings = float("nan"), {"nothing shared": None}
+            else:
+                probe = UpdateNorms()
+                run(method, 0, args, Path(tmp) / "probe", callbacks=[probe])
+                clip = statistics.median(probe.norms)
+                settings = {"no DP": None, "clip only": 1e-6}
+                settings |= {f"eps={e:g}": noise_multiplier_for(e, DELTA, 1.0, args.rounds) for e in EPSILONS}
             for name, z in settings.items():
                 start = time.perf_counter()
                 runs = [
@@ -107,9 +115,10 @@ def main() -> None:
 def write(rows: list[dict], args: argparse.Namespace) -> None:
     for row in rows:
         row["epsilon_shown"] = (
-            "—" if row["setting"] == "no DP" else ("huge" if row["epsilon"] > 1e4 else f"{row['epsilon']:.2f}")
+            "—" if row["noise_multiplier"] == 0 else ("huge" if row["epsilon"] > 1e4 else f"{row['epsilon']:.2f}")
         )
-        row["C"], row["z"] = f"{row['clip_norm']:.3f}", f"{row['noise_multiplier']:.3g}"
+        row["C"] = "—" if row["noise_multiplier"] == 0 and row["setting"] != "no DP" else f"{row['clip_norm']:.3f}"
+        row["z"] = f"{row['noise_multiplier']:.3g}"
         for key, short in zip(KEYS, ("acc", "worst"), strict=True):
             row[short] = f"{row[key]:.3f} ± {row[key + '_std']:.3f}"
         row["s/run"] = f"{row['seconds_per_run']:.1f}"
