@@ -445,8 +445,7 @@ class FederatedTrainer:
         bytes_down = sum(part[2] for part in gathered)
         self._check_failures(round_idx, sampled, updates, failures)
 
-        if self.privacy is not None:
-            updates = [self._privatize(update, round_idx) for update in updates]
+        updates = self._privatize(updates, round_idx)
         fabric.call("on_aggregate_start", trainer=self, round_idx=round_idx, updates=updates)
         self.server_state.shared.update(self._aggregate(updates, len(sampled), round_idx))
         fabric.call(
@@ -477,10 +476,15 @@ class FederatedTrainer:
         metrics["time/round_s"] = time.perf_counter() - start
         return metrics
 
-    def _privatize(self, update: ClientUpdate, round_idx: int) -> ClientUpdate:
-        """The upload a private client sends (clipped update, noised statistics); noise seeded by (round, client)."""
-        generator = torch.Generator().manual_seed(derive_seed(self.seed, "privacy", round_idx, update.client_id))
-        return self.privacy.privatize(update, self.server_state.shared, generator)
+    def _privatize(self, updates: list[ClientUpdate], round_idx: int) -> list[ClientUpdate]:
+        """What private clients send (clipped updates, noised statistics; noise seeded by (round, client))."""
+        if self.privacy is None:
+            return updates
+        private = []
+        for update in updates:
+            generator = torch.Generator().manual_seed(derive_seed(self.seed, "privacy", round_idx, update.client_id))
+            private.append(self.privacy.privatize(update, self.server_state.shared, generator))
+        return private
 
     def _aggregate(self, updates: list[ClientUpdate], num_sampled: int, round_idx: int) -> dict[str, Tensor]:
         """The new shared parameters: the aggregator's, or the private aggregate when ``privacy`` is set."""
