@@ -182,3 +182,37 @@ def test_without_a_time_budget_a_slow_client_is_waited_for(tmp_path):
 def test_time_budget_must_be_positive(tmp_path, budget):
     with pytest.raises(ValueError, match="'client_time_budget_s' must be positive"):
         FederatedTrainer(client_time_budget_s=budget, default_root_dir=str(tmp_path))
+
+
+class FailingValClient(ClientDataModule):
+    """A client whose validation loader fails in its second evaluation."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.calls = 0
+
+    def val_dataloader(self):
+        self.calls += 1
+        if self.calls == 2:
+            raise OSError("validation shard unreadable")
+        return super().val_dataloader()
+
+
+def test_a_client_whose_evaluation_fails_is_left_out_of_that_evaluation_only(tmp_path, caplog):
+    ref = make_client("b", 32, 1, classes=(1, 2))
+    ref.setup()
+    b = FailingValClient(
+        "b", ref.train_dataset.x, ref.train_dataset.y, 3, x_val=ref.val_dataset.x, y_val=ref.val_dataset.y, batch_size=8
+    )
+    clients = [make_client("a", 40, 0, classes=(0, 1)), b, make_client("c", 48, 2)]
+    trainer = FederatedTrainer(
+        rounds=ROUNDS, accelerator="cpu", enable_progress_bar=False, logger=False, checkpoint_every=0,
+        default_root_dir=str(tmp_path / "eval"),
+    )  # fmt: skip
+    trainer.fit(FedRep(hidden_dims=[8]), FederatedDataModule(clients))
+    assert [m["clients/val_failed"] for m in trainer.history] == [0.0, 1.0, 0.0]
+    assert "val/acc/b" not in trainer.history[1]
+    assert {"val/acc/a", "val/acc/c"} <= trainer.history[1].keys()
+    assert "val/acc/b" in trainer.history[2]
+    assert [m["clients/failed"] for m in trainer.history] == [0.0] * ROUNDS  # training was not affected
+    assert "round 1: client 'b' left out of the val evaluation: OSError: validation shard unreadable" in caplog.text

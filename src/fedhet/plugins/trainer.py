@@ -526,28 +526,27 @@ class FederatedTrainer:
 
     # ------------------------------------------------------------------ evaluation
     def _evaluate(self, stage: str, round_idx: int) -> dict[str, float]:
-        """Each client evaluates its personalised model on its own ``stage`` split; summaries over clients."""
-        results = []
+        """Each client evaluates its personalised model on its own ``stage`` split; summaries over clients.
+
+        A client whose evaluation raises (e.g. its data loader fails) is left out of the summaries, named in the log
+        and counted in ``clients/{stage}_failed``; the run goes on.
+        """
+        results, failed = [], []
         for cid in self._client_ids:
             if not self.owns(cid):
                 continue
-            client = self._client_data[cid]
-            loader = client.val_dataloader() if stage == "val" else client.test_dataloader()
-            if not loader:
+            try:
+                result = self._evaluate_client(cid, stage, round_idx)
+            except Exception as err:  # an evaluation failure must not take a long run down
+                log.warning("round %d: client '%s' left out of the %s evaluation: %s: %s",
+                            round_idx, cid, stage, type(err).__name__, err)  # fmt: skip
+                failed.append(cid)
+                self._slot(cid).refresh()
                 continue
-            slot, _ = self._load_client(cid)
-            module = slot.module
-            adaptation = module.adaptation_phases()
-            if adaptation:  # e.g. FedAvg-FT: fine-tune a copy; the next load restores the client's real state
-                with seeded(derive_seed(self.seed, "adapt", round_idx, cid), [self._fabric.device]):
-                    run_local_training(
-                        self._fabric, module, client.train_dataloader(), adaptation, self.local_epochs, self.local_steps
-                    )
-                slot.refresh()
-            values = evaluate_client(self._fabric, module, loader, stage)
-            directions = {name: bool(m.higher_is_better) for name, m in module.evaluation_metrics(stage).items()}
-            results.append((cid, values, len(loader.dataset), directions))
-        results = [r for part in gather_objects(self._fabric, results) for r in part]
+            if result is not None:
+                results.append(result)
+        gathered = gather_objects(self._fabric, (results, failed))
+        results = [r for part in gathered for r in part[0]]
         if not results:
             return {}
         metrics = summarize_clients(
@@ -557,8 +556,30 @@ class FederatedTrainer:
             prefix=stage,
             log_per_client=self.log_per_client,
         )
+        metrics[f"clients/{stage}_failed"] = float(sum(len(part[1]) for part in gathered))
         self._fabric.call("on_evaluation_end", trainer=self, stage=stage, round_idx=round_idx, metrics=metrics)
         return metrics
+
+    def _evaluate_client(
+        self, cid: str, stage: str, round_idx: int
+    ) -> tuple[str, dict[str, float], int, dict[str, bool]] | None:
+        """One client's metrics, sample count and metric directions on its ``stage`` split (``None``: no split)."""
+        client = self._client_data[cid]
+        loader = client.val_dataloader() if stage == "val" else client.test_dataloader()
+        if not loader:
+            return None
+        slot, _ = self._load_client(cid)
+        module = slot.module
+        adaptation = module.adaptation_phases()
+        if adaptation:  # e.g. FedAvg-FT: fine-tune a copy; the next load restores the client's real state
+            with seeded(derive_seed(self.seed, "adapt", round_idx, cid), [self._fabric.device]):
+                run_local_training(
+                    self._fabric, module, client.train_dataloader(), adaptation, self.local_epochs, self.local_steps
+                )
+            slot.refresh()
+        values = evaluate_client(self._fabric, module, loader, stage)
+        directions = {name: bool(m.higher_is_better) for name, m in module.evaluation_metrics(stage).items()}
+        return cid, values, len(loader.dataset), directions
 
     def _evaluate_only(
         self, stage: str, model: LightningModule, datamodule: Any, ckpt_path: str | None
