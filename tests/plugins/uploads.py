@@ -24,6 +24,7 @@ class UploadCase:
         statistics: the statistic names each client declares it uploads (besides its shared parameters).
         never: ``fnmatch`` patterns of state names that must never leave a client (personal layers, embeddings,
             batch-norm statistics...), written from the method's definition, not from its code.
+        trainer_kwargs: extra ``FederatedTrainer`` settings (e.g. ``privacy``).
 
     """
 
