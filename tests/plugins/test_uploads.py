@@ -3,8 +3,9 @@
 import pytest
 import torch
 
-from fedhet.datamodules import ClientDataModule, FederatedDataModule
-from fedhet.modules import FedAvg, FedBABU, FedPAC, FedPer, FedRep, GlobalLayers, LocalOnly
+from fedhet.datamodules import ClientDataModule, FederatedDataModule, RotatedBlobsDomains
+from fedhet.modules import FedAvg, FedBABU, FedDaDiL, FedPAC, FedPer, FedRep, GlobalLayers, LocalOnly
+from fedhet.modules.feddadil import ATOM_NAMES
 from fedhet.modules.fedpac import CENTROIDS, COUNTS, HEAD_H, HEAD_V
 from fedhet.plugins import UploadPrivacy
 from tests.conftest import make_client
@@ -49,6 +50,12 @@ CASES = {
         blobs,
         statistics=frozenset({CENTROIDS, COUNTS}),
         never=("head.*",),
+    ),
+    "FedDaDiL": UploadCase(
+        lambda: FedDaDiL(num_atoms=2, atom_size=16, batch_size=8, target="theta45", barycenter_iters=3),
+        lambda: RotatedBlobsDomains(batch_size=16, samples_per_class=24),
+        statistics=frozenset(ATOM_NAMES),  # the atom version only: the coordinates (alpha) stay on the client
+        never=("*",),
     ),
     "GlobalLayers": UploadCase(
         lambda: GlobalLayers(**GL_TINY),
