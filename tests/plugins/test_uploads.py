@@ -4,9 +4,24 @@ import pytest
 import torch
 
 from fedhet.datamodules import ClientDataModule, FederatedDataModule, RotatedBlobsDomains
-from fedhet.modules import FedAvg, FedBABU, FedDaDiL, FedPAC, FedPer, FedRep, GlobalLayers, LocalOnly
+from fedhet.modules import (
+    FLIC,
+    FedAvg,
+    FedBABU,
+    FedDaDiL,
+    FedHeNN,
+    FedPAC,
+    FedPer,
+    FedRep,
+    GlobalLayers,
+    HetFedRep,
+    HetLocal,
+    LocalOnly,
+)
 from fedhet.modules.feddadil import ATOM_NAMES
+from fedhet.modules.fedhenn import KERNEL
 from fedhet.modules.fedpac import CENTROIDS, COUNTS, HEAD_H, HEAD_V
+from fedhet.modules.flic import ANCHOR_MEANS
 from fedhet.plugins import UploadPrivacy
 from tests.conftest import make_client
 from tests.plugins.uploads import UploadCase, check_uploads
@@ -29,6 +44,7 @@ def tabular_sites() -> FederatedDataModule:
     return FederatedDataModule(clients)
 
 
+FLIC_TINY = {"latent_dim": 8, "embedding_hidden_dims": [16], "hidden_width": 12}
 GL_TINY = {"embed_dim": 4, "num_heads": 2, "num_blocks": 1, "width": 8}
 FEDPAC_STATISTICS = frozenset({CENTROIDS, COUNTS, HEAD_H, HEAD_V, "fedpac/head.weight", "fedpac/head.bias"})
 
@@ -50,6 +66,17 @@ CASES = {
         blobs,
         statistics=frozenset({CENTROIDS, COUNTS}),
         never=("head.*",),
+    ),
+    "FLIC": UploadCase(
+        lambda: FLIC(**FLIC_TINY, pretrain_epochs=2, variant="hl"),
+        blobs,
+        statistics=frozenset({ANCHOR_MEANS}),
+        never=("body.embed.*", "head.*"),
+    ),
+    "HetFedRep": UploadCase(lambda: HetFedRep(**FLIC_TINY), blobs, never=("body.embed.*", "head.*")),
+    "HetLocal": UploadCase(lambda: HetLocal(**FLIC_TINY), blobs, never=("*",)),
+    "FedHeNN": UploadCase(
+        lambda: FedHeNN(**FLIC_TINY, rad_size=10), blobs, statistics=frozenset({KERNEL}), never=("*",)
     ),
     "FedDaDiL": UploadCase(
         lambda: FedDaDiL(num_atoms=2, atom_size=16, batch_size=8, target="theta45", barycenter_iters=3),
