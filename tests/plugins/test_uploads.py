@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from fedhet.datamodules import ClientDataModule, FederatedDataModule, RotatedBlobsDomains
+from fedhet.datamodules import ClientDataModule, FederatedDataModule, HybridFederation, RotatedBlobsDomains
 from fedhet.modules import (
     FLIC,
     FedAvg,
@@ -12,16 +12,20 @@ from fedhet.modules import (
     FedHeNN,
     FedPAC,
     FedPer,
+    FedProx,
     FedRep,
     GlobalLayers,
     HetFedRep,
     HetLocal,
+    HybridLocal,
+    HyFEM,
     LocalOnly,
 )
 from fedhet.modules.feddadil import ATOM_NAMES
 from fedhet.modules.fedhenn import KERNEL
 from fedhet.modules.fedpac import CENTROIDS, COUNTS, HEAD_H, HEAD_V
 from fedhet.modules.flic import ANCHOR_MEANS
+from fedhet.modules.hyfem import STAT_PREFIX
 from fedhet.plugins import UploadPrivacy
 from tests.conftest import make_client
 from tests.plugins.uploads import UploadCase, check_uploads
@@ -45,6 +49,19 @@ def tabular_sites() -> FederatedDataModule:
 
 
 FLIC_TINY = {"latent_dim": 8, "embedding_hidden_dims": [16], "hidden_width": 12}
+
+
+def hybrid_blocks() -> FederatedDataModule:
+    """Three clients holding different feature blocks and classes (HyFEM)."""
+    table = {
+        "a": {"blocks": ["v0", "v1"], "classes": [0, 1]},
+        "b": {"blocks": ["v1", "v2"], "classes": [1, 2, 3]},
+        "c": {"blocks": ["v0", "v2"], "classes": [2, 3]},
+    }
+    data = {"num_classes": 4, "num_views": 3, "samples_per_class": 40, "latent_dim": 12, "view_latent_dim": 6}
+    return HybridFederation("synthetic", table, data_args=data, batch_size=16, seed=0)
+
+
 GL_TINY = {"embed_dim": 4, "num_heads": 2, "num_blocks": 1, "width": 8}
 FEDPAC_STATISTICS = frozenset({CENTROIDS, COUNTS, HEAD_H, HEAD_V, "fedpac/head.weight", "fedpac/head.bias"})
 
@@ -53,6 +70,7 @@ CASES = {
     "FedAvg": UploadCase(lambda: FedAvg(hidden_dims=[8]), blobs),
     "FedAvg-FT": UploadCase(lambda: FedAvg(hidden_dims=[8], finetune_epochs=1), blobs),
     "FedRep": UploadCase(lambda: FedRep(hidden_dims=[8], head_epochs=1), blobs, never=("head.*",)),
+    "FedProx": UploadCase(lambda: FedProx(hidden_dims=[8]), blobs),
     "FedPer": UploadCase(lambda: FedPer(hidden_dims=[8]), blobs, never=("head.*",)),
     "FedBABU": UploadCase(lambda: FedBABU(hidden_dims=[8]), blobs),  # the untrained head is shared, by design
     "FedAvg-DP": UploadCase(
@@ -84,6 +102,13 @@ CASES = {
         statistics=frozenset(ATOM_NAMES),  # the atom version only: the coordinates (alpha) stay on the client
         never=("*",),
     ),
+    "HyFEM": UploadCase(
+        lambda: HyFEM(extractor_dims=[5], hidden_dim=6),
+        hybrid_blocks,
+        statistics=lambda module: {STAT_PREFIX + name for name, _ in module.named_parameters()},  # for matching
+        never=("*",),
+    ),
+    "HybridLocal": UploadCase(lambda: HybridLocal(extractor_dims=[5], hidden_dim=6), hybrid_blocks, never=("*",)),
     "GlobalLayers": UploadCase(
         lambda: GlobalLayers(**GL_TINY),
         tabular_sites,

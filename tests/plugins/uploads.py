@@ -21,7 +21,8 @@ class UploadCase:
     Args:
         module: builds the method's module (tiny settings).
         federation: builds the clients it runs on.
-        statistics: the statistic names each client declares it uploads (besides its shared parameters).
+        statistics: the statistic names each client declares it uploads (besides its shared parameters), or a
+            function of the module built for a client giving them (when they depend on the client's layers).
         never: ``fnmatch`` patterns of state names that must never leave a client (personal layers, embeddings,
             batch-norm statistics...), written from the method's definition, not from its code.
         trainer_kwargs: extra ``FederatedTrainer`` settings (e.g. ``privacy``).
@@ -30,7 +31,7 @@ class UploadCase:
 
     module: Callable[[], torch.nn.Module]
     federation: Callable[[], FederatedDataModule]
-    statistics: frozenset[str] = frozenset()
+    statistics: frozenset[str] | Callable[[torch.nn.Module], set[str]] = frozenset()
     never: tuple[str, ...] = ()
     trainer_kwargs: dict = field(default_factory=dict)
 
@@ -45,12 +46,12 @@ class UploadSpy(FederatedCallback):
         self.uploads[round_idx] = list(updates)
 
 
-def declared_shared(template: torch.nn.Module, spec) -> set[str]:
-    """The state names a fresh module built for ``spec`` declares shared (its ``is_shared``)."""
+def built_for(template: torch.nn.Module, spec) -> torch.nn.Module:
+    """A fresh copy of ``template`` with the layers of the client described by ``spec``."""
     module = copy.deepcopy(template)
     module.setup_client(spec)
     module.configure_model()
-    return {name for name in module.state_dict() if module.is_shared(name)}
+    return module
 
 
 def _holds_a_row_of(tensor: torch.Tensor, x: torch.Tensor) -> bool:
@@ -87,10 +88,12 @@ def check_uploads(case: UploadCase, root: str, rounds: int = 2) -> list[ClientUp
         assert uploads, f"round {round_idx}: no uploads"
         for upload in uploads:
             where = f"round {round_idx}, client '{upload.client_id}'"
-            assert set(upload.shared) == declared_shared(template, specs[upload.client_id]), where
+            module = built_for(template, specs[upload.client_id])
+            assert set(upload.shared) == {name for name in module.state_dict() if module.is_shared(name)}, where
             leaked = [n for n in upload.shared if any(fnmatchcase(n, p) for p in case.never)]
             assert not leaked, f"{where}: personal state {leaked} left the client"
-            assert set(upload.statistics) == case.statistics, where
+            statistics = case.statistics(module) if callable(case.statistics) else case.statistics
+            assert set(upload.statistics) == statistics, where
             x = federation.client(upload.client_id).train_dataset.x.flatten(1)
             for name, tensor in _tensors(upload):
                 assert not _holds_a_row_of(tensor, x), f"{where}: '{name}' holds a raw training sample"
