@@ -135,8 +135,8 @@ def wasserstein_cost(
 
     Example:
         >>> z = torch.randn(5, 3)
-        >>> float(wasserstein_cost(z, z + 1.0))  # a translation by (1, 1, 1) costs its squared norm
-        3.0...
+        >>> round(float(wasserstein_cost(z, z + 1.0)), 4)  # a translation by (1, 1, 1) costs its squared norm
+        3.0
 
     """
     cost = ground_cost(z_p, z_q, y_p, y_q, beta)
