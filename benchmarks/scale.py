@@ -164,6 +164,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--no-save", action="store_true")
     parser.add_argument("--child", nargs=2, metavar=("CLIENTS", "BUDGET"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    torch.set_num_threads(1)  # as in every child; the results' footer reports it
     if args.child:
         budget = None if args.child[1] == "none" else float(args.child[1])
         print(json.dumps(run_one(int(args.child[0]), args.rounds, args.fraction, budget, args.root)))
