@@ -81,7 +81,7 @@ def run(method: str, seed: int, args: argparse.Namespace) -> dict[str, float]:
         data = AlignedFederation(data, layout="union")
     if method == "FedAvg-ref":
         data = reference_quirks(data)
-    trainer = quiet_trainer(args.rounds, seed)  # the paper tests the final model only
+    trainer = quiet_trainer(args.rounds, seed, log_per_client=True)  # the paper tests the final model only
     model = GlobalLayers(width=128, batches_per_epoch=args.batches, **METHODS[method])
     trainer.fit(model, data)
     return trainer.test(model, data)
