@@ -25,8 +25,8 @@ What is measured:
 
 Usage::
 
-    python benchmarks/flower_compare.py                       # 10 clients, 30 rounds, 3 seeds
-    python benchmarks/flower_compare.py --clients 50 --rounds 20 --seeds 1 --flower-venv /tmp/flower-venv
+    python benchmarks/flower_compare.py                       # 10 clients, 100 rounds, 3 seeds
+    python benchmarks/flower_compare.py --clients 50 --rounds 20 --seeds 1 --flower-venv ~/flower-venv
 
 Results go to ``benchmarks/results/flower_compare.csv`` and ``.md``.
 """
@@ -173,7 +173,7 @@ def flower_python(venv: Path) -> Path:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--clients", type=int, default=10)
-    parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument("--rounds", type=int, default=100)
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--cpus", type=int, default=2, help="Ray CPUs for Flower, processes for fedhet's 2nd run")
     parser.add_argument("--flower-venv", type=Path, default=Path("fedhet_runs/benchmarks/flower-venv"))
