@@ -1,5 +1,6 @@
 import os
 
+import lightning
 import pytest
 import torch
 
@@ -20,6 +21,21 @@ def make_client(client_id: str, n: int, seed: int, classes=(0, 1, 2), dim: int =
     kwargs.setdefault("test_fraction", 0.25)
     kwargs.setdefault("val_fraction", 0.25)
     return ClientDataModule(client_id, x, y, num_classes=3, batch_size=8, seed=seed, **kwargs)
+
+
+def plain_trainer(epochs=3, callbacks=()):
+    """A quiet CPU ``lightning.Trainer`` for one client: no logger, checkpoints, progress or sanity steps."""
+    return lightning.Trainer(
+        max_epochs=epochs,
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        callbacks=list(callbacks),
+    )
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ from fedhet.datamodules import RotatedBlobsDomains
 from fedhet.modules import FedAvg, FedDaDiL
 from fedhet.modules.feddadil import ATOM_NAMES, GLOBAL_NAMES
 from fedhet.plugins import FederatedTrainer
-from tests.conftest import make_client
+from tests.conftest import make_client, plain_trainer
 
 K, N, D, C = 2, 16, 2, 2
 TARGET = "theta45"
@@ -139,15 +139,7 @@ def test_runs_under_a_plain_lightning_trainer():
     lightning.seed_everything(0, verbose=False)
     dm = make_client("solo", 120, 0, dim=5, val_fraction=0.2, test_fraction=0.2)
     module = FedDaDiL(num_atoms=2, atom_size=30, batch_size=15, lr=0.3, barycenter_iters=3)
-    trainer = lightning.Trainer(
-        max_epochs=3,
-        accelerator="cpu",
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
-    )
+    trainer = plain_trainer(epochs=3)
     trainer.fit(module, dm)
     assert on_simplex(module.alpha().detach())
     assert on_simplex(module.atom_probabilities().detach())

@@ -16,7 +16,7 @@ from fedhet.modules.fedpac import CENTROIDS, COUNTS, GLOBAL_CENTROIDS, GLOBAL_CO
 from fedhet.plugins import FederatedTrainer
 from fedhet.plugins.local_loop import run_local_training
 from fedhet.plugins.protocols import LocalPhase
-from tests.conftest import make_client
+from tests.conftest import make_client, plain_trainer
 
 HEAD_STATS = {"fedpac/head.weight", "fedpac/head.bias"}
 
@@ -169,15 +169,7 @@ def test_runs_under_a_plain_lightning_trainer():
     lightning.seed_everything(0, verbose=False)
     dm = make_client("solo", 120, 0, dim=5, val_fraction=0.2, test_fraction=0.2)
     module = FedPAC(hidden_dims=[16], lr=0.1)
-    trainer = lightning.Trainer(
-        max_epochs=4,
-        accelerator="cpu",
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
-    )
+    trainer = plain_trainer(epochs=4)
     trainer.fit(module, dm)
     assert set(module.client_statistics()) >= {CENTROIDS, HEAD_H, HEAD_V}
     (results,) = trainer.test(module, dm, verbose=False)

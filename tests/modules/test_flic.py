@@ -1,6 +1,5 @@
 """FLIC and its baselines: loss terms, pre-training, anchor step, uploads, plain Trainer, a seeded federation."""
 
-import lightning
 import pytest
 import torch
 import torch.nn.functional as F
@@ -16,7 +15,7 @@ from fedhet.plugins import FederatedTrainer
 from fedhet.plugins.local_loop import run_local_training
 from fedhet.plugins.protocols import LocalPhase
 from fedhet.plugins.sampling import UniformSampler
-from tests.conftest import make_client
+from tests.conftest import make_client, plain_trainer
 
 SMALL = {"latent_dim": 8, "embedding_hidden_dims": [16], "hidden_width": 12, "anchor_std": 3.0}
 SHORT = {**SMALL, "pretrain_epochs": 2}  # FLIC only: its baselines fix pretrain_epochs
@@ -209,15 +208,7 @@ def test_personal_embeddings_stay_in_the_client_store(tmp_path, tiny_federation)
 def test_module_trains_one_client_under_a_plain_trainer(variant):
     client = make_client("solo", 120, 0, dim=5, val_fraction=0.2, test_fraction=0.2)
     module = FLIC(**{**SMALL, "pretrain_epochs": 3}, variant=variant, lr=1e-2)
-    trainer = lightning.Trainer(
-        max_epochs=10,
-        accelerator="cpu",
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
-    )
+    trainer = plain_trainer(epochs=10)
     trainer.fit(module, client)
     assert bool(module.pretrained)
     assert module.body.embed[1].in_features == 5

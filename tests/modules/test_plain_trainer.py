@@ -10,7 +10,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from fedhet.modules import FedAvg, FedBABU, FedPer, FedProx, FedRep, LocalOnly
-from tests.conftest import make_client
+from tests.conftest import make_client, plain_trainer
 
 METHODS = [LocalOnly, FedAvg, FedRep, FedPer, FedBABU, FedProx]
 DIM = 5  # not the make_client default, so that a wrongly sized input layer shows
@@ -18,20 +18,6 @@ DIM = 5  # not the make_client default, so that a wrongly sized input layer show
 
 def client(seed=0):
     return make_client("solo", 120, seed, dim=DIM, val_fraction=0.2, test_fraction=0.2)
-
-
-def plain_trainer(epochs=3, callbacks=()):
-    return lightning.Trainer(
-        max_epochs=epochs,
-        accelerator="cpu",
-        devices=1,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
-        callbacks=list(callbacks),
-    )
 
 
 def first_linear(module):
