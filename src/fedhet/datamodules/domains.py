@@ -21,7 +21,7 @@ from torch import Tensor
 
 from fedhet.datamodules.client import ClientDataModule
 from fedhet.datamodules.datasets._common import check_fractions, derived_seed
-from fedhet.datamodules.datasets.digits_family import DIGIT_SOURCES, load_digit_source
+from fedhet.datamodules.datasets.digits_family import check_digit_sources, load_digit_source
 from fedhet.datamodules.federated import FederatedDataModule
 from fedhet.functional.feature_spaces import resample_images
 
@@ -179,9 +179,7 @@ class DigitsDomains(_DomainFederation):
         seed: int = 0,
     ) -> None:
         super().__init__()
-        unknown = [source for source in sources if source not in DIGIT_SOURCES]
-        if unknown or not sources:
-            raise ValueError(f"field 'sources' must list sources from {list(DIGIT_SOURCES)}, got {list(sources)}")
+        check_digit_sources(sources)
         check_fractions(val_fraction, test_fraction)
         self.save_hyperparameters()
 

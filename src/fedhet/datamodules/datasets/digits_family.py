@@ -28,6 +28,12 @@ DIGIT_SOURCES: dict[str, tuple[int, int]] = {"mnist5k": (28, 28), "mfeat_pix": (
 """The digit sources and their image sizes ``(H, W)``."""
 
 
+def check_digit_sources(sources: Sequence[str]) -> None:
+    """Raise ``ValueError`` naming field ``sources`` unless it lists one or more of :data:`DIGIT_SOURCES`."""
+    if not sources or any(source not in DIGIT_SOURCES for source in sources):
+        raise ValueError(f"field 'sources' must list sources from {list(DIGIT_SOURCES)}, got {list(sources)}")
+
+
 def load_digit_source(source: str) -> ImageData:
     """Load one digit source as ``float32`` images in ``[0, 1]``, shape ``(N, 1, H, W)``, with labels 0-9.
 
@@ -116,9 +122,7 @@ class DigitsFamilyFederation(FederatedDataModule):
         seed: int = 0,
     ) -> None:
         super().__init__()
-        unknown = [source for source in sources if source not in DIGIT_SOURCES]
-        if unknown or not sources:
-            raise ValueError(f"`sources` must list sources from {list(DIGIT_SOURCES)}, got {list(sources)}")
+        check_digit_sources(sources)
         check_fractions(val_fraction, test_fraction)
         if classes_per_client is not None and not 1 <= classes_per_client <= len(DIGIT_CLASSES):
             raise ValueError(f"`classes_per_client` must be in [1, {len(DIGIT_CLASSES)}], got {classes_per_client}")
