@@ -25,10 +25,11 @@ def non_finite(*payloads: Mapping[str, Tensor]) -> list[str]:
     floats = {name: t for payload in payloads for name, t in payload.items() if t.is_floating_point()}
     if not floats:
         return []
-    finite = torch.stack([torch.isfinite(t).all() for t in floats.values()])
-    if bool(finite.all()):
+    # one reduction per tensor: a NaN or an infinity anywhere makes its sum non-finite (a sum of large finite values
+    # may overflow too, so a non-finite sum is only a reason to look element-wise)
+    if bool(torch.isfinite(torch.stack([t.sum() for t in floats.values()])).all()):
         return []
-    return [name for name, ok in zip(floats, finite.tolist(), strict=True) if not ok]
+    return [name for name, t in floats.items() if not bool(torch.isfinite(t).all())]
 
 
 @dataclass
