@@ -114,7 +114,12 @@ def run_local_training(
     module.set_local_phase(None)
     module.on_train_end()
     module.local_train_loader = None
-    mean_loss = torch.stack(losses).float().mean().item() if losses else 0.0
+    if not losses:
+        mean_loss = 0.0
+    elif move:  # one device-to-host read
+        mean_loss = torch.stack(losses).double().mean().item()
+    else:  # CPU scalars: reading each is cheaper than stacking them
+        mean_loss = sum(loss.item() for loss in losses) / len(losses)
     metrics = {"loss": mean_loss, "steps": float(len(losses))}
     return metrics, optimizer.state_dict() if keep_optimizer_state else None
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
@@ -21,13 +22,14 @@ def to_cpu(tensors: Mapping[str, Tensor]) -> dict[str, Tensor]:
 
 
 def non_finite(*payloads: Mapping[str, Tensor]) -> list[str]:
-    """Names of the floating tensors that hold a NaN or an infinity (one synchronisation when all are finite)."""
+    """Names of the floating tensors that hold a NaN or an infinity.
+
+    One reduction and one read per tensor when all are finite (the common case, run for every upload): a NaN or an
+    infinity anywhere makes a tensor's sum non-finite. A sum of large finite values may overflow too, so a
+    non-finite sum is only a reason to look element-wise.
+    """
     floats = {name: t for payload in payloads for name, t in payload.items() if t.is_floating_point()}
-    if not floats:
-        return []
-    # one reduction per tensor: a NaN or an infinity anywhere makes its sum non-finite (a sum of large finite values
-    # may overflow too, so a non-finite sum is only a reason to look element-wise)
-    if bool(torch.isfinite(torch.stack([t.sum() for t in floats.values()])).all()):
+    if all(math.isfinite(t.sum().item()) for t in floats.values()):
         return []
     return [name for name, t in floats.items() if not bool(torch.isfinite(t).all())]
 

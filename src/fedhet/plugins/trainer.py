@@ -23,6 +23,7 @@ from fedhet.plugins.aggregators import Aggregator, WeightedMean
 from fedhet.plugins.checkpoint import load_checkpoint, save_checkpoint
 from fedhet.plugins.client_store import ClientStore
 from fedhet.plugins.distributed import gather_objects, owner_rank
+from fedhet.plugins.hooks import CallbackHooks
 from fedhet.plugins.local_loop import evaluate_client, run_local_training
 from fedhet.plugins.privacy import UploadPrivacy
 from fedhet.plugins.protocols import FederatedModuleProtocol
@@ -52,7 +53,7 @@ class FederatedTrainer:
     ``devices=N`` the sampled clients are spread over N processes (no gradient synchronisation between clients) and
     the uploads are gathered and aggregated in client order on every process, so results do not depend on N.
 
-    Callbacks receive these hooks through ``fabric.call`` (each takes only the keyword arguments it names):
+    Callbacks receive these hooks (each takes only the keyword arguments it names, as with ``Fabric.call``):
     ``on_federation_start(trainer, module)``, ``on_round_start(trainer, round_idx, client_ids)``,
     ``on_client_fit_start(trainer, round_idx, client_id, module)``,
     ``on_client_fit_end(trainer, round_idx, client_id, module, update)``,
@@ -203,19 +204,19 @@ class FederatedTrainer:
         self._log_run_config(model)
         fabric = self._fabric
         self.fitting = True
-        fabric.call("on_federation_start", trainer=self, module=model)
+        self._hooks("on_federation_start", trainer=self, module=model)
         for round_idx in range(self.current_round, self.rounds):
             metrics = self._run_round(round_idx)
             self.history.append(metrics)
             fabric.log_dict(metrics, step=round_idx)
             self.current_round = round_idx + 1
-            fabric.call("on_round_end", trainer=self, round_idx=round_idx, metrics=metrics)
+            self._hooks("on_round_end", trainer=self, round_idx=round_idx, metrics=metrics)
             if self.checkpoint_every and (
                 self.current_round % self.checkpoint_every == 0 or self.current_round == self.rounds
             ):
                 self.save_checkpoint(self.default_root_dir / "checkpoints" / "last.ckpt")
         self.fitting = False
-        fabric.call("on_federation_end", trainer=self)
+        self._hooks("on_federation_end", trainer=self)
         for logger in fabric.loggers:
             logger.finalize("success")
 
@@ -293,6 +294,7 @@ class FederatedTrainer:
             version = versions[0] if versions else None
             self.loggers = [CSVLogger(save_dir=self.default_root_dir, name="logs", version=version)]
         self._callbacks = self._callbacks_for(model)
+        self._hooks = CallbackHooks(self._callbacks)
         self.fabric = Fabric(**self._fabric_kwargs, loggers=self.loggers, callbacks=self._callbacks)
         self.fabric.launch()
 
@@ -384,7 +386,7 @@ class FederatedTrainer:
     def _fit_client(self, client_id: str, round_idx: int) -> tuple[ClientUpdate, ClientState, int]:
         slot, bytes_down = self._load_client(client_id)
         module = slot.module
-        self._fabric.call("on_client_fit_start", trainer=self, round_idx=round_idx, client_id=client_id, module=module)
+        self._hooks("on_client_fit_start", trainer=self, round_idx=round_idx, client_id=client_id, module=module)
         previous = self._store[client_id]
         keep_optimizer = bool(getattr(module, "keep_optimizer_state", False))
         with seeded(derive_seed(self.seed, "fit", round_idx, client_id), [self._fabric.device]):
@@ -410,7 +412,7 @@ class FederatedTrainer:
         )
         optimizer_state = move_data_to_device(optimizer_state, "cpu") if keep_optimizer else None
         state = ClientState(to_cpu(tensors), optimizer_state)
-        self._fabric.call(
+        self._hooks(
             "on_client_fit_end", trainer=self, round_idx=round_idx, client_id=client_id, module=module, update=update
         )
         return update, state, bytes_down
@@ -420,7 +422,7 @@ class FederatedTrainer:
         fabric = self._fabric
         start = time.perf_counter()
         sampled = self.sampler.sample(self._client_ids, round_idx, self.rounds, self.seed)
-        fabric.call("on_round_start", trainer=self, round_idx=round_idx, client_ids=sampled)
+        self._hooks("on_round_start", trainer=self, round_idx=round_idx, client_ids=sampled)
         updates, failures, bytes_down = [], [], 0
         for cid in sampled:
             if not self.owns(cid):
@@ -446,9 +448,9 @@ class FederatedTrainer:
         self._check_failures(round_idx, sampled, updates, failures)
 
         updates = self._privatize(updates, round_idx)
-        fabric.call("on_aggregate_start", trainer=self, round_idx=round_idx, updates=updates)
+        self._hooks("on_aggregate_start", trainer=self, round_idx=round_idx, updates=updates)
         self.server_state.shared.update(self._aggregate(updates, len(sampled), round_idx))
-        fabric.call(
+        self._hooks(
             "on_aggregate_end", trainer=self, round_idx=round_idx, server_state=self.server_state, updates=updates
         )
 
@@ -557,7 +559,7 @@ class FederatedTrainer:
             log_per_client=self.log_per_client,
         )
         metrics[f"clients/{stage}_failed"] = float(sum(len(part[1]) for part in gathered))
-        self._fabric.call("on_evaluation_end", trainer=self, stage=stage, round_idx=round_idx, metrics=metrics)
+        self._hooks("on_evaluation_end", trainer=self, stage=stage, round_idx=round_idx, metrics=metrics)
         return metrics
 
     def _evaluate_client(
