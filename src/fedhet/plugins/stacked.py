@@ -128,7 +128,7 @@ def stacked_optimizer(optimizer: Optimizer, module: nn.Module, leaves: Mapping[s
         raise TypeError(f"cannot step stacked clients: {reason}")
     names = {id(param): name for name, param in module.named_parameters()}
     groups = [{**group, "params": [leaves[names[id(p)]] for p in group["params"]]} for group in optimizer.param_groups]
-    return type(optimizer)(groups, **optimizer.defaults)
+    return type(optimizer)(groups)  # every group holds all its settings
 
 
 class _SampleLosses(nn.Module):
