@@ -210,6 +210,28 @@ def test_a_client_whose_loader_fails_is_a_failed_client(tmp_path, caplog, when):
     assert "round 1: client 'b' left out of the aggregate: OSError" in caplog.text
 
 
+class FailingHook(FederatedCallback):
+    def __init__(self, hook):
+        self.hook = hook
+
+    def on_client_fit_start(self, round_idx, client_id):
+        if self.hook == "start" and (round_idx, client_id) == (FAULT_ROUND, "c"):
+            raise RuntimeError("callback on fire")
+
+    def on_client_fit_end(self, round_idx, client_id):
+        if self.hook == "end" and (round_idx, client_id) == (FAULT_ROUND, "c"):
+            raise RuntimeError("callback on fire")
+
+
+@pytest.mark.parametrize("hook", ["start", "end"])
+def test_a_client_whose_hook_raises_is_a_failed_client(tmp_path, caplog, hook):
+    sequential = fit(tmp_path / "seq", FedPer(hidden_dims=[8]), callbacks=[FailingHook(hook)])
+    stacked = fit(tmp_path / "stack", FedPer(hidden_dims=[8]), callbacks=[FailingHook(hook)], stack_clients=8)
+    assert_same_federation(sequential, stacked)
+    assert [h["clients/failed"] for h in stacked.history] == [0.0, 1.0, 0.0]
+    assert "round 1: client 'c' left out of the aggregate: RuntimeError: callback on fire" in caplog.text
+
+
 def test_resumed_stacked_run_equals_an_uninterrupted_one(tmp_path):
     full = fit(tmp_path / "full", FedRep(hidden_dims=[8], **ADAM), stack_clients=3)
     fit(tmp_path / "split", FedRep(hidden_dims=[8], **ADAM), stack_clients=3, rounds=2, checkpoint_every=1)

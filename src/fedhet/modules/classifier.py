@@ -84,7 +84,7 @@ class FederatedClassifier(FederatedModule):
         self.log("train/loss", loss, prog_bar=True)
         return loss
 
-    def sample_losses(self, batch: tuple[Tensor, Tensor]) -> Tensor:  # type: ignore[override]
+    def sample_losses(self, batch: tuple[Tensor, Tensor]) -> Tensor:
         """Cross-entropy of each of the batch's ``B`` samples, shape ``(B,)``; ``training_step`` takes their mean.
 
         It lets ``FederatedTrainer(stack_clients=...)`` train many clients at once, with ``torch.func.vmap``.

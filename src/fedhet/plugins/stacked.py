@@ -246,7 +246,7 @@ def fit_stacked(
         try:
             ready = _ready(trainer, client_id, round_idx)
         except Exception as err:  # a failing client must not take the run down: it is left out and named
-            outcome.failures.append(ClientFailure(client_id, "error", f"{type(err).__name__}: {err}"))
+            outcome.failures.append(_failure(client_id, err))
             trainer._slot(client_id).refresh()
             continue
         key = (trainer._signatures[client_id], tuple(ready.phases), tuple(map(len, ready.batches)))
@@ -257,6 +257,10 @@ def fit_stacked(
     for stack in stacks.values():
         _train(trainer, stack, round_idx, outcome)
     return outcome.updates, outcome.failures, outcome.bytes_down
+
+
+def _failure(client_id: str, err: Exception) -> ClientFailure:
+    return ClientFailure(client_id, "error", f"{type(err).__name__}: {err}")
 
 
 def _ready(trainer: FederatedTrainer, client_id: str, round_idx: int) -> _Ready:
@@ -281,7 +285,7 @@ def _train(trainer: FederatedTrainer, stack: list[_Ready], round_idx: int, outco
         states, batches = [c.state for c in stack], [c.batches for c in stack]
         trained, losses = train_stack(slot.module, states, batches, stack[0].phases)
     except Exception as err:  # e.g. a module whose sample_losses cannot run under vmap: its clients fail, named
-        outcome.failures += [ClientFailure(c.client_id, "error", f"{type(err).__name__}: {err}") for c in stack]
+        outcome.failures += [_failure(c.client_id, err) for c in stack]
         return
     steps = len(losses)
     mean_losses = losses.float().mean(0).tolist() if steps else [0.0] * len(stack)
@@ -295,12 +299,16 @@ def _train(trainer: FederatedTrainer, stack: list[_Ready], round_idx: int, outco
             to_cpu(shared),
             metrics={"loss": loss, "steps": float(steps)},
         )
-        if announce:
-            slot.load(personal, shared)
-        fabric.call(
-            "on_client_fit_end", trainer=trainer, round_idx=round_idx, client_id=client.client_id, module=slot.module,
-            update=update,
-        )  # fmt: skip
+        try:
+            if announce:
+                slot.load(personal, shared)
+            fabric.call(
+                "on_client_fit_end", trainer=trainer, round_idx=round_idx, client_id=client.client_id,
+                module=slot.module, update=update,
+            )  # fmt: skip
+        except Exception as err:  # as in the sequential path, the hook's failure is its client's
+            outcome.failures.append(_failure(client.client_id, err))
+            continue
         failure = trainer._rejection(update, 0.0)  # no time budget: stacked clients share their wall time
         if failure is not None:
             outcome.failures.append(failure)
