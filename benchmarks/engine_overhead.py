@@ -5,7 +5,10 @@ What is compared:
       feature that costs time switched off (no logger, no progress bar, no checkpoints, no per-client logging) and
       ``eval_every`` larger than ``rounds``, so that clients are evaluated only after the last round. One small
       callback reads the process CPU clock at each round's start and end and adds up the steps the clients report
-      (two no-op hook look-ups per client, well under a microsecond).
+      (one hook per round).
+    * **fedhet stacked**: the same ``fit`` with ``stack_clients=--stack`` (default 64): the clients of a round train
+      in stacks of up to that many at once (``fedhet.plugins.stacked``, ``torch.func.vmap``), grouped by their number
+      of steps (2, 3 or 4 here), with the same batches as the sequential path.
     * **reference**: the least work any FedAvg must do, written in plain PyTorch in the same process. For each round
       and each client: ``load_state_dict`` of the global weights into one ``nn.Module`` of the same architecture
       (flatten, ``Linear(32, 64)``, ReLU, ``Linear(64, 10)``, with the same parameter names), a new
@@ -34,13 +37,15 @@ How time is measured:
     costs (Fabric launch, the first-round client builds, the final evaluation) that do not scale with the number of
     rounds; round 0's time is shown beside the ratio, and the CSV also has the last round and the whole ``fit``.
 
-    The machine may be noisy (other jobs), so the two sides are interleaved: each repeat runs the reference and
-    fedhet back to back, alternating which goes first, after a ``gc.collect()``. A run's time is the median of its
-    steady-state rounds; a repeat's ratio is fedhet's run time over the reference's; the headline is the median of
-    the repeats' ratios, with their range. The same ratio computed from process CPU time (``time.process_time``,
-    which other processes on the machine do not inflate) is given as a cross-check. Absolute times depend on the
-    machine; the ratio is the number to track (target <= 1.10x). ``torch.set_num_threads(--threads)`` (default 1)
-    keeps the numbers stable. Nothing is asserted. ``engine_overhead_profile.py`` breaks fedhet's time down by call.
+    The machine may be noisy (other jobs), so the sides are interleaved: each repeat runs the reference, fedhet and
+    fedhet stacked back to back, rotating which goes first, after a ``gc.collect()``. A run's time is the median of
+    its steady-state rounds; a repeat's ratio is fedhet's run time over the reference's; the headline is the median
+    of the repeats' ratios, with their range. The stacked side gets the same ratio, and a speed-up: the sequential
+    run's time over the stacked run's in the same repeat. The same ratios computed from process CPU time
+    (``time.process_time``, which other processes on the machine do not inflate) are given as a cross-check. Absolute
+    times depend on the machine; the ratio is the number to track (target <= 1.10x).
+    ``torch.set_num_threads(--threads)`` (default 1) keeps the numbers stable. Nothing is asserted.
+    ``engine_overhead_profile.py`` breaks fedhet's time down by call.
 
 Usage:
     From the repository root::
@@ -48,6 +53,7 @@ Usage:
         python benchmarks/engine_overhead.py                      # 10, 100 and 1,000 clients
         python benchmarks/engine_overhead.py --with-10k           # also 10,000 clients (long: about half an hour)
         python benchmarks/engine_overhead.py --clients 100 --rounds 20 --repeats 5 --threads 1
+        python benchmarks/engine_overhead.py --stack 0            # without the stacked column
 
     Results go to ``benchmarks/results/engine_overhead.csv`` and ``.md``. To profile one side only, e.g. with py-spy::
 
@@ -170,10 +176,10 @@ def run_reference(
 
 
 # ------------------------------------------------------------------------------------------------------- fedhet side
-def make_trainer(rounds: int, callbacks: list | None = None):
+def make_trainer(rounds: int, callbacks: list | None = None, stack_clients: int | None = None):
     from _common import quiet_trainer
 
-    return quiet_trainer(rounds, callbacks=callbacks)
+    return quiet_trainer(rounds, callbacks=callbacks, stack_clients=stack_clients)
 
 
 def make_model():
@@ -191,20 +197,19 @@ class _RoundClock:
         self._start = 0.0
 
     def on_round_start(self) -> None:
-        self.steps.append(0.0)
         self._start = time.process_time()
 
-    def on_client_fit_end(self, update) -> None:
-        self.steps[-1] += update.metrics["steps"]
+    def on_aggregate_start(self, updates) -> None:
+        self.steps.append(sum(update.metrics["steps"] for update in updates))
 
     def on_round_end(self) -> None:
         self.cpu_s.append(time.process_time() - self._start)
 
 
-def run_fedhet(federation, rounds: int) -> Run:
+def run_fedhet(federation, rounds: int, stack_clients: int | None = None) -> Run:
     """One ``fit``: wall seconds per round from the engine's history, CPU seconds from a callback."""
     clock = _RoundClock()
-    trainer = make_trainer(rounds, callbacks=[clock])
+    trainer = make_trainer(rounds, callbacks=[clock], stack_clients=stack_clients)
     model = make_model()
     start = time.perf_counter()
     trainer.fit(model, federation)
@@ -232,20 +237,42 @@ class Result:
     rounds: int
     reference: list[Run] = field(default_factory=list)
     fedhet: list[Run] = field(default_factory=list)
+    stacked: list[Run] = field(default_factory=list)
 
     def steady(self, runs: list[Run], clock: str = "wall") -> list[float]:
         """Per run: the median of its steady-state rounds ``1 .. R-2``."""
         return [statistics.median(getattr(run, f"{clock}_s")[1 : self.rounds - 1]) for run in runs]
 
-    def ratios(self, clock: str = "wall") -> list[float]:
-        """Per repeat: the fedhet time over the reference time."""
-        pairs = zip(self.steady(self.fedhet, clock), self.steady(self.reference, clock), strict=True)
-        return [fedhet / reference for fedhet, reference in pairs]
+    def ratios(self, clock: str = "wall", side: str = "fedhet", over: str = "reference") -> list[float]:
+        """Per repeat: the ``side`` time over the ``over`` time."""
+        pairs = zip(self.steady(getattr(self, side), clock), self.steady(getattr(self, over), clock), strict=True)
+        return [mine / theirs for mine, theirs in pairs]
 
     def row(self) -> dict[str, float | int | str]:
         """The summary row written to the table, CSV and Markdown."""
         ratios, cpu_ratios = self.ratios(), self.ratios("cpu")
         ref, fed = statistics.median(self.steady(self.reference)), statistics.median(self.steady(self.fedhet))
+        return {**self._sequential_row(ratios, cpu_ratios, ref, fed), **self._stacked_row(ref)}
+
+    def _stacked_row(self, ref: float) -> dict[str, float]:
+        if not self.stacked:
+            return {}
+        ratios, speedups = self.ratios(side="stacked"), self.ratios(side="fedhet", over="stacked")
+        stacked = statistics.median(self.steady(self.stacked))
+        return {
+            "stacked_ratio": round(statistics.median(ratios), 3),
+            "stacked_ratio_min": round(min(ratios), 3),
+            "stacked_ratio_max": round(max(ratios), 3),
+            "stacked_cpu_ratio": round(statistics.median(self.ratios("cpu", side="stacked")), 3),
+            "stacked_round_s": round(stacked, 5),
+            "stacked_speedup": round(statistics.median(speedups), 2),
+            "stacked_us_per_client": round(stacked / self.clients * 1e6, 1),
+            "reference_us_per_client": round(ref / self.clients * 1e6, 1),
+        }
+
+    def _sequential_row(
+        self, ratios: list[float], cpu_ratios: list[float], ref: float, fed: float
+    ) -> dict[str, float | int | str]:
         return {
             "clients": self.clients,
             "rounds": self.rounds,
@@ -270,28 +297,29 @@ def default_rounds(num_clients: int) -> int:
     return max(4 if num_clients > 1000 else 5, min(30, 1500 // num_clients))
 
 
-def measure(num_clients: int, rounds: int, repeats: int, only: str | None, seed: int) -> Result:
-    """Interleaved runs of both sides (or of ``only`` one) on one federation."""
+def measure(num_clients: int, rounds: int, repeats: int, only: str | None, seed: int, stack: int) -> Result:
+    """Interleaved runs of every side (or of ``only`` one) on one federation; the order rotates between repeats."""
     federation, clients = make_federation(make_client_tensors(num_clients, seed))
     check_same_model(federation)
     result = Result(num_clients, rounds)
+    sides = ["reference", "fedhet", "stacked"] if stack else ["reference", "fedhet"]
     for repeat in range(repeats):
-        for side in ("reference", "fedhet") if repeat % 2 == 0 else ("fedhet", "reference"):
+        for side in sides[repeat % len(sides) :] + sides[: repeat % len(sides)]:
             if only is not None and side != only:
                 continue
             gc.collect()
             if side == "reference":
                 result.reference.append(run_reference(clients, rounds, seed=repeat))
             else:
-                result.fedhet.append(run_fedhet(federation, rounds))
-        steps = {run.steps for run in result.reference + result.fedhet}
+                stack_clients = stack if side == "stacked" else None
+                getattr(result, side).append(run_fedhet(federation, rounds, stack_clients))
+        steps = {run.steps for side in sides for run in getattr(result, side)}
         if len(steps) > 1:
-            raise RuntimeError(f"{num_clients} clients: the two sides took different numbers of steps: {steps}")
+            raise RuntimeError(f"{num_clients} clients: the sides took different numbers of steps: {steps}")
         done = [
             f"{side} {statistics.median(run.wall_s[1 : rounds - 1]) * 1e3:.1f} ms/round"
-            for side, runs in (("reference", result.reference), ("fedhet", result.fedhet))
-            if runs
-            for run in runs[-1:]
+            for side in sides
+            for run in getattr(result, side)[-1:]
         ]
         print(f"  repeat {repeat + 1}/{repeats}: {', '.join(done)}", flush=True)
     return result
@@ -309,11 +337,23 @@ COLUMNS = {
     "overhead_us_per_client": "overhead µs/client",
     "fedhet_round0_s": "fedhet round 0 ms",
 }
+STACKED_COLUMNS = {
+    "stacked_ratio": "stacked ratio",
+    "stacked_range": "stacked ratio range",
+    "stacked_cpu_ratio": "stacked CPU-time ratio",
+    "stacked_round_s": "stacked ms/round",
+    "stacked_speedup": "stacked speed-up",
+}
+
+
+def columns(rows: list[dict]) -> dict[str, str]:
+    """The table's columns: the stacked side's too when it ran."""
+    return {**COLUMNS, **(STACKED_COLUMNS if "stacked_ratio" in rows[0] else {})}
 
 
 def display(row: dict[str, float | int | str]) -> dict[str, str]:
     """A summary row as table cells: times in ms, the ratio with its range over repeats."""
-    cells = {key: str(row.get(key, "")) for key in COLUMNS}
+    cells = {key: str(row.get(key, "")) for key in columns([row])}
     cells["rounds"] = f"{row['rounds']} ({row['timed_rounds']})"
     cells["ratio"] = f"{row['ratio']:.2f}x"
     cells["range"] = f"{row['ratio_min']:.2f}-{row['ratio_max']:.2f}x"
@@ -321,6 +361,12 @@ def display(row: dict[str, float | int | str]) -> dict[str, str]:
     for key in ("reference_round_s", "fedhet_round_s", "fedhet_round0_s"):
         cells[key] = f"{float(row[key]) * 1e3:.1f}"
     cells["overhead_us_per_client"] = f"{float(row['overhead_us_per_client']):.0f}"
+    if "stacked_ratio" in row:
+        cells["stacked_ratio"] = f"{row['stacked_ratio']:.2f}x"
+        cells["stacked_range"] = f"{row['stacked_ratio_min']:.2f}-{row['stacked_ratio_max']:.2f}x"
+        cells["stacked_cpu_ratio"] = f"{row['stacked_cpu_ratio']:.2f}x"
+        cells["stacked_round_s"] = f"{float(row['stacked_round_s']) * 1e3:.1f}"
+        cells["stacked_speedup"] = f"{row['stacked_speedup']:.1f}x"
     return cells
 
 
@@ -336,9 +382,11 @@ def write_results(rows: list[dict], env: dict[str, str], out_dir: Path) -> None:
         "Written by `benchmarks/engine_overhead.py` (its docstring explains the method). Target: ratio <= 1.10x.",
         "Ratio: median over repeats of (median fedhet steady-state round) / (median reference round); rounds 0 and",
         "R-1 (client set-up, evaluation) are not in it. Overhead: (fedhet - reference) time per round per client.",
+        "Stacked: the same fit with `stack_clients` (clients trained in stacks with torch.func); its speed-up is the",
+        "sequential fedhet time over the stacked time, per repeat, median over repeats.",
         "",
-        "| " + " | ".join(COLUMNS.values()) + " |",
-        "|" + "---|" * len(COLUMNS),
+        "| " + " | ".join(columns(rows).values()) + " |",
+        "|" + "---|" * len(columns(rows)),
     ]
     lines += ["| " + " | ".join(display(row).values()) + " |" for row in rows]
     lines += ["", *(f"- {key}: `{value}`" for key, value in env.items()), ""]
@@ -350,12 +398,12 @@ def print_table(rows: list[dict]) -> None:
         from rich.console import Console
         from rich.table import Table
     except ImportError:  # plain text
-        print(" | ".join(COLUMNS.values()))
+        print(" | ".join(columns(rows).values()))
         for row in rows:
             print(" | ".join(display(row).values()))
         return
     table = Table(title="FedAvg time per round, fedhet / bare PyTorch (target <= 1.10x)")
-    for title in COLUMNS.values():
+    for title in columns(rows).values():
         table.add_column(title, justify="right")
     for row in rows:
         table.add_row(*display(row).values())
@@ -370,7 +418,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=3, help="interleaved repeats per client count")
     parser.add_argument("--threads", type=int, default=1, help="torch.set_num_threads")
     parser.add_argument("--seed", type=int, default=0, help="seed of the synthetic data")
-    parser.add_argument("--only", choices=["fedhet", "reference"], default=None, help="run one side (for profiling)")
+    parser.add_argument("--stack", type=int, default=64, help="stack_clients of the stacked side (0: no such side)")
+    parser.add_argument(
+        "--only", choices=["fedhet", "reference", "stacked"], default=None, help="run one side (for profiling)"
+    )
     parser.add_argument("--no-save", action="store_true", help="do not write benchmarks/results/")
     parser.add_argument("--output-dir", type=Path, default=RESULTS_DIR)
     args = parser.parse_args(argv)
@@ -378,8 +429,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.clients.append(10_000)
     if args.rounds is not None and args.rounds < 3:
         parser.error("--rounds must be at least 3: round 0 and the last round are not timed")
-    if args.repeats < 1 or args.threads < 1 or min(args.clients) < 1:
-        parser.error("--repeats, --threads and --clients must be positive")
+    if args.repeats < 1 or args.threads < 1 or min(args.clients) < 1 or args.stack < 0:
+        parser.error("--repeats, --threads and --clients must be positive, --stack at least 0")
+    if args.only == "stacked" and not args.stack:
+        parser.error("--only stacked needs --stack above 0")
     return args
 
 
@@ -391,13 +444,15 @@ def main(argv: list[str] | None = None) -> None:
     # Warm-up, untimed: imports, lazy initialisation and first-call costs of both sides.
     federation, clients = make_federation(make_client_tensors(8, args.seed))
     run_fedhet(federation, 3)
+    if args.stack:
+        run_fedhet(federation, 3, args.stack)
     run_reference(clients, 3, args.seed)
 
     rows = []
     for num_clients in args.clients:
         rounds = args.rounds or default_rounds(num_clients)
         print(f"{num_clients} clients, {rounds} rounds, {args.repeats} repeats", flush=True)
-        result = measure(num_clients, rounds, args.repeats, args.only, args.seed)
+        result = measure(num_clients, rounds, args.repeats, args.only, args.seed, args.stack)
         if args.only is None:
             rows.append(result.row())
     if not rows:

@@ -137,6 +137,14 @@ def test_callbacks_added_to_the_parser_reach_the_trainer(no_data):
     assert callback.force is True
 
 
+def test_stacked_clients_from_the_command_line(no_data, capsys):
+    assert FederatedCLI(args=["-c", FEDAVG, "--trainer.stack_clients", "64"], run=False).trainer.stack_clients == 64
+    assert FederatedCLI(args=["-c", FEDAVG], run=False).trainer.stack_clients is None
+    with pytest.raises(SystemExit):
+        FederatedCLI(args=["-c", FEDAVG, "--trainer.stack_clients", "0"], run=False)
+    assert "field 'stack_clients' must be at least 1" in capsys.readouterr().err
+
+
 # ---------------------------------------------------------------------------------------------------- fit/test/validate
 @pytest.fixture(scope="module")
 def digits_run(tmp_path_factory):

@@ -63,6 +63,7 @@ from fedhet.functional.privacy import (
 from fedhet.functional.proximal import proximal_penalty
 from fedhet.functional.representation_kernels import kernel_penalty, random_alignment_inputs
 from fedhet.functional.spd import tangent_vectors, trial_covariances
+from fedhet.functional.stacking import stack_padded, stack_states, unstack_states
 from fedhet.functional.tabular_metrics import balanced_accuracy, binary_auprc, binary_auroc, one_vs_rest
 from fedhet.functional.wasserstein import (
     ground_cost,
@@ -130,9 +131,12 @@ __all__ = [
     "solve_simplex_qp",
     "split_indices",
     "squared_distances",
+    "stack_padded",
+    "stack_states",
     "tangent_vectors",
     "transport_plan",
     "trial_covariances",
+    "unstack_states",
     "wasserstein_barycenter",
     "wasserstein_cost",
     "weighted_mean",

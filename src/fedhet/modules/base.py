@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from fnmatch import fnmatchcase
 from typing import Any
 
@@ -30,6 +30,12 @@ class FederatedModule(LightningModule):
 
     keep_optimizer_state: bool = False
     """Keep each client's optimizer state between its rounds (in the client state store and checkpoints)."""
+
+    sample_losses: Callable[[Any], Tensor] | None = None
+    """``None``, or a method giving the per-sample training losses of a batch of ``B`` samples, shape ``(B,)``, whose
+    mean is the loss of ``training_step``. A module that has it can train many clients at once
+    (``FederatedTrainer(stack_clients=...)``, see :mod:`fedhet.plugins.stacked` for what else that needs); rows of
+    zeros (the padding of short batches) must give finite losses."""
 
     def __init__(self) -> None:
         super().__init__()

@@ -84,6 +84,14 @@ class FederatedClassifier(FederatedModule):
         self.log("train/loss", loss, prog_bar=True)
         return loss
 
+    def sample_losses(self, batch: tuple[Tensor, Tensor]) -> Tensor:
+        """Cross-entropy of each of the batch's ``B`` samples, shape ``(B,)``; ``training_step`` takes their mean.
+
+        It lets ``FederatedTrainer(stack_clients=...)`` train many clients at once, with ``torch.func.vmap``.
+        """
+        x, y = batch
+        return F.cross_entropy(self(x), y, reduction="none")
+
     def _evaluation_step(self, batch: tuple[Tensor, Tensor], stage: str) -> None:
         x, y = batch
         logits = self(x)

@@ -30,6 +30,13 @@ def configure_optimizer(module: LightningModule) -> Optimizer:
     return config
 
 
+def phase_batches(loader: Iterable, phase: LocalPhase, local_epochs: int, local_steps: int | None) -> Iterable[Any]:
+    """The batches of one local phase: its own steps or epochs, else ``local_steps``, else ``local_epochs`` passes."""
+    steps = phase.steps if phase.steps is not None else (local_steps if phase.epochs is None else None)
+    epochs = phase.epochs if phase.epochs is not None else local_epochs
+    return _batches(loader, epochs, steps)
+
+
 def _batches(loader: Iterable, epochs: int, steps: int | None) -> Iterable[Any]:
     """Batches over ``epochs`` passes of ``loader``, or exactly ``steps`` batches cycling it when ``steps`` is set."""
     if steps is None and epochs == 1:
@@ -99,9 +106,7 @@ def run_local_training(
     module.on_train_start()
     for phase in phases:
         module.set_local_phase(phase)
-        steps = phase.steps if phase.steps is not None else (local_steps if phase.epochs is None else None)
-        epochs = phase.epochs if phase.epochs is not None else local_epochs
-        for batch_idx, batch in enumerate(_batches(loader, epochs, steps)):
+        for batch_idx, batch in enumerate(phase_batches(loader, phase, local_epochs, local_steps)):
             if move:
                 batch = fabric.to_device(batch)
             with autocast():

@@ -30,6 +30,7 @@ from fedhet.plugins.protocols import FederatedModuleProtocol
 from fedhet.plugins.sampling import ClientSampler, FullParticipation
 from fedhet.plugins.seeding import derive_seed, seeded
 from fedhet.plugins.slots import ModuleSlot
+from fedhet.plugins.stacked import check_stacking, fit_stacked
 from fedhet.plugins.state import (
     ClientFailure,
     ClientState,
@@ -96,6 +97,13 @@ class FederatedTrainer:
         privacy: client-level differential privacy of the uploads (:class:`~fedhet.plugins.UploadPrivacy`): clipped
             updates, Gaussian noise on the aggregate of the shared parameters (uniform over clients, so ``aggregator``
             must be left unset) and on the chosen statistics, and ``privacy/epsilon`` logged every round.
+        stack_clients: train the round's clients (those of this process) in stacks of up to this many at once, with
+            ``torch.func`` (:mod:`fedhet.plugins.stacked`): much less Python time per client for small models, the
+            same results as one by one up to floating-point summation order. A stack holds clients of one architecture
+            that take the same number of steps; each fires ``on_client_fit_start`` before its stack trains and
+            ``on_client_fit_end`` after. Needs a module with ``sample_losses`` (Local, FedAvg, FedPer, FedRep,
+            FedBABU...), an element-wise optimizer, full precision and no ``client_time_budget_s``; ``fit`` refuses
+            other runs with an error naming the reason. ``None``: one client at a time.
 
     """
 
@@ -123,6 +131,7 @@ class FederatedTrainer:
         client_state_budget_mb: float | None = None,
         client_time_budget_s: float | None = None,
         privacy: UploadPrivacy | None = None,
+        stack_clients: int | None = None,
     ) -> None:
         for name, value, low in (
             ("rounds", rounds, 1),
@@ -147,6 +156,13 @@ class FederatedTrainer:
             raise ValueError(
                 f"FederatedTrainer: field 'client_time_budget_s' must be positive or None, got {client_time_budget_s}"
             )
+        if stack_clients is not None and stack_clients < 1:
+            raise ValueError(f"FederatedTrainer: field 'stack_clients' must be at least 1 or None, got {stack_clients}")
+        if stack_clients is not None and client_time_budget_s is not None:
+            raise ValueError(
+                "FederatedTrainer: fields 'stack_clients' and 'client_time_budget_s' cannot both be set: the clients"
+                " of a stack train together, so no client's own time is measured"
+            )
         if privacy is not None and aggregator is not None:
             raise ValueError(
                 "FederatedTrainer: field 'aggregator' must be unset when 'privacy' is set: the private aggregate is a"
@@ -167,6 +183,7 @@ class FederatedTrainer:
         self.client_state_budget_mb = client_state_budget_mb
         self.client_time_budget_s = client_time_budget_s
         self.privacy = privacy
+        self.stack_clients = stack_clients
         self._fabric_kwargs = {
             "accelerator": accelerator,
             "strategy": strategy,
@@ -201,6 +218,8 @@ class FederatedTrainer:
                     " a run cannot switch differential privacy on or off when it resumes"
                 )
             self._restore(state, path, replay_logs=self._default_logger)
+        if self.stack_clients is not None:  # on one module per client architecture, before any training
+            check_stacking(self._fabric, {self._signatures[c]: self._slot(c).module for c in self._client_ids}.values())
         self._log_run_config(model)
         fabric = self._fabric
         self.fitting = True
@@ -424,7 +443,11 @@ class FederatedTrainer:
         sampled = self.sampler.sample(self._client_ids, round_idx, self.rounds, self.seed)
         self._hooks("on_round_start", trainer=self, round_idx=round_idx, client_ids=sampled)
         updates, failures, bytes_down = [], [], 0
-        for cid in sampled:
+        one_by_one = sampled
+        if self.stack_clients is not None:  # this process's clients train in stacks (fedhet.plugins.stacked)
+            updates, failures, bytes_down = fit_stacked(self, [cid for cid in sampled if self.owns(cid)], round_idx)
+            one_by_one = []
+        for cid in one_by_one:
             if not self.owns(cid):
                 continue
             started = time.perf_counter()

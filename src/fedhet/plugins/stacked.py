@@ -1,0 +1,318 @@
+"""Training many clients of one architecture at once: their tensors stacked along a client axis, under ``torch.func``.
+
+For small models the engine's time per client goes mostly to Python bookkeeping: loading the client into the module,
+an optimizer per client, a few small steps. With ``FederatedTrainer(stack_clients=N)`` the clients of a round that a
+process owns train in stacks of up to ``N``. Every tensor of their state is stacked into one ``(K, ...)`` leaf; each
+client's loss is the masked mean of the module's per-sample losses (``sample_losses``), computed by
+``torch.func.functional_call`` of the module with that client's slices and vectorised over the clients by
+``torch.func.vmap`` (PyTorch's ``torch.func``, after JAX's ``vmap``); one ``backward`` of the sum of the clients'
+losses gives each slice exactly its own client's gradient, and one optimizer of the module's own kind and settings
+steps the stacked leaves, which for an element-wise optimizer (SGD, Adam...) is K independent optimizers.
+
+The results equal the sequential path's up to the order of floating-point sums (batched matrix products add in
+another order): each client's batches come from its own loader under the seed the sequential path uses, a stack only
+holds clients of one architecture and schedule that take the same number of steps in every phase, and short batches
+are padded with zero rows that the loss leaves out. :func:`stacking_refusal` lists what a module must satisfy;
+:func:`check_stacking` refuses the others with an error before training starts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+import torch
+from lightning.fabric import Fabric
+from lightning.fabric.plugins import Precision
+from lightning.pytorch import LightningModule
+from torch import Tensor, nn
+from torch.func import functional_call, vmap
+from torch.nn.modules.batchnorm import _NormBase
+from torch.nn.modules.dropout import _DropoutNd
+from torch.optim import SGD, Adagrad, Adam, Adamax, AdamW, NAdam, Optimizer, RAdam, RMSprop
+
+from fedhet.functional.stacking import stack_padded, stack_states, unstack_states
+from fedhet.plugins.local_loop import configure_optimizer, phase_batches
+from fedhet.plugins.protocols import LocalPhase
+from fedhet.plugins.seeding import derive_seed, seeded
+from fedhet.plugins.state import ClientFailure, ClientState, ClientUpdate, to_cpu
+
+if TYPE_CHECKING:
+    from fedhet.plugins.trainer import FederatedTrainer
+
+ELEMENTWISE_OPTIMIZERS: tuple[type[Optimizer], ...] = (SGD, Adam, AdamW, Adagrad, Adamax, NAdam, RAdam, RMSprop)
+"""Optimizers whose step moves each element by its own gradient and state only, so that one of them over stacked
+tensors equals one per client (subclasses are not trusted: they may step otherwise)."""
+
+_LOSS_HOOKS = ("training_step", "on_train_start", "on_train_end", "client_statistics", "receive_statistics")
+
+
+def stacking_refusal(module: LightningModule) -> str | None:
+    """Why ``module`` cannot train clients in stacks with the sequential path's results, or ``None`` if it can.
+
+    A stackable module (its layers built) has a ``sample_losses`` method, and no subclass below the class that defines
+    it overrides ``training_step``, ``on_train_start``, ``on_train_end``, ``client_statistics`` or
+    ``receive_statistics`` (the stacked path calls none of them, so their work would be lost); it uploads no
+    statistics, keeps no optimizer state between rounds, holds no layer that draws random numbers or normalises with
+    batch statistics (dropout, BatchNorm: per-client results could not match), and its ``configure_optimizers()``
+    gives one of :data:`ELEMENTWISE_OPTIMIZERS`.
+    """
+    mro = type(module).__mro__
+    owner = next((cls for cls in mro if cls.__dict__.get("sample_losses") is not None), None)
+    if owner is None:
+        return "it has no sample_losses method (the per-sample losses of a batch)"
+    for cls in mro[: mro.index(owner)]:
+        hooks = [hook for hook in _LOSS_HOOKS if hook in cls.__dict__]
+        if hooks:
+            return f"{cls.__name__} overrides {', '.join(hooks)}, which the stacked path does not call"
+    if getattr(module, "keep_optimizer_state", False):
+        return "it keeps optimizer state between rounds (keep_optimizer_state)"
+    for name, layer in module.named_modules():
+        if isinstance(layer, _DropoutNd) and layer.p > 0 or isinstance(layer, nn.RReLU):
+            return f"its layer '{name}' ({type(layer).__name__}) draws random numbers in training"
+        if isinstance(layer, _NormBase):
+            return f"its layer '{name}' ({type(layer).__name__}) normalises with batch statistics"
+    if module.client_statistics():
+        return "it uploads client_statistics()"
+    return _optimizer_refusal(configure_optimizer(module))
+
+
+def _optimizer_refusal(optimizer: Optimizer) -> str | None:
+    if type(optimizer) in ELEMENTWISE_OPTIMIZERS:
+        return None
+    names = ", ".join(cls.__name__ for cls in ELEMENTWISE_OPTIMIZERS)
+    return f"its optimizer {type(optimizer).__name__} is not one of the element-wise optimizers ({names})"
+
+
+def check_stacking(fabric: Fabric, modules: Iterable[LightningModule]) -> None:
+    """Refuse, before any training, a run whose clients cannot train in stacks (see :func:`stacking_refusal`).
+
+    Args:
+        fabric: the run's Fabric; its precision must be full (``"32-true"``): no autocast or loss scaling.
+        modules: one built module per client architecture.
+
+    Raises:
+        ValueError: naming the module (or the precision) and the reason.
+
+    """
+    if type(fabric.strategy.precision) is not Precision:
+        raise ValueError(
+            "FederatedTrainer: field 'stack_clients' needs full precision ('32-true'), got"
+            f" {type(fabric.strategy.precision).__name__}; leave 'stack_clients' unset for mixed precision"
+        )
+    for module in modules:
+        reason = stacking_refusal(module)
+        if reason is not None:
+            raise ValueError(
+                f"FederatedTrainer: field 'stack_clients' is set, but {type(module).__name__} cannot train clients"
+                f" in stacks: {reason}; leave 'stack_clients' unset for it"
+            )
+
+
+def stacked_optimizer(optimizer: Optimizer, module: nn.Module, leaves: Mapping[str, Tensor]) -> Optimizer:
+    """An optimizer of ``optimizer``'s class, settings and parameter groups over the leaves standing for its parameters.
+
+    Args:
+        optimizer: an optimizer over (some of) ``module``'s parameters.
+        module: the module whose parameter names key ``leaves``.
+        leaves: ``name -> (K, *shape)`` stacked tensors, one per parameter of ``module`` at least.
+
+    Raises:
+        TypeError: when ``optimizer`` is not one of :data:`ELEMENTWISE_OPTIMIZERS`.
+
+    """
+    reason = _optimizer_refusal(optimizer)
+    if reason is not None:
+        raise TypeError(f"cannot step stacked clients: {reason}")
+    names = {id(param): name for name, param in module.named_parameters()}
+    groups = [{**group, "params": [leaves[names[id(p)]] for p in group["params"]]} for group in optimizer.param_groups]
+    return type(optimizer)(groups)  # every group holds all its settings
+
+
+class _SampleLosses(nn.Module):
+    """``module.sample_losses`` as a ``forward``: ``torch.func.functional_call`` calls a module's ``forward``."""
+
+    def __init__(self, module: nn.Module) -> None:
+        super().__init__()
+        self.module = module
+
+    def forward(self, batch: Sequence[Tensor]) -> Tensor:
+        return self.module.sample_losses(batch)
+
+
+def _client_loss(losses: _SampleLosses, state: dict[str, Tensor], batch: list[Tensor], mask: Tensor) -> Tensor:
+    """One client's mean loss over the real rows (``mask``) of its padded batch, with its own tensors (``state``)."""
+    per_sample = functional_call(losses, state, (batch,))
+    return torch.where(mask, per_sample, 0.0).sum() / mask.sum()
+
+
+def train_stack(
+    module: LightningModule,
+    states: Sequence[Mapping[str, Tensor]],
+    batches: Sequence[Sequence[Sequence[Sequence[Tensor]]]],
+    phases: Sequence[LocalPhase],
+) -> tuple[list[dict[str, Tensor]], Tensor]:
+    """Train ``K`` clients of ``module``'s architecture at once through the local ``phases``.
+
+    Each step stacks the clients' batches (zero-padded to the longest, see
+    :func:`~fedhet.functional.stack_padded`), computes every client's mean loss with ``torch.func.vmap`` over
+    ``torch.func.functional_call`` of ``module.sample_losses``, back-propagates their sum into the stacked tensors and
+    steps one optimizer built from ``module.configure_optimizers()`` (:func:`stacked_optimizer`). A phase trains the
+    parameters that ``module.set_local_phase(phase)`` leaves trainable.
+
+    Args:
+        module: a stackable module (:func:`stacking_refusal`); its own tensors are not used or changed.
+        states: each client's full state (``state_dict`` names) before training.
+        batches: ``batches[k][p]``: client ``k``'s batches of phase ``p``, each a sequence of tensors (e.g.
+            ``(x, y)``) of ``B`` rows; in each phase every client has the same number of batches.
+        phases: the local schedule.
+
+    Returns:
+        each client's trained state (views of the stacked tensors), and every step's losses, shape ``(steps, K)``.
+
+    """
+    leaves = stack_states(states)
+    optimizer = stacked_optimizer(configure_optimizer(module), module, leaves)
+    named = {f"module.{name}": leaf for name, leaf in leaves.items()}  # the names under the _SampleLosses wrapper
+    client_losses = vmap(partial(_client_loss, _SampleLosses(module)))
+    parameters = dict(module.named_parameters())
+    losses: list[Tensor] = []
+    try:
+        for index, phase in enumerate(phases):
+            module.set_local_phase(phase)
+            for name, param in parameters.items():
+                leaves[name].requires_grad_(param.requires_grad)
+            for step in zip(*(client[index] for client in batches), strict=True):
+                tensors, mask = stack_padded(step)
+                loss = client_losses(named, tensors, mask)
+                loss.sum().backward()
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+                losses.append(loss.detach())
+    finally:
+        module.set_local_phase(None)
+    trained = unstack_states({name: leaf.detach() for name, leaf in leaves.items()})
+    return trained, torch.stack(losses) if losses else torch.zeros(0, len(states))
+
+
+# --------------------------------------------------------------------------------------------- the engine's side
+@dataclass
+class _Ready:
+    """A client loaded, announced and with its batches drawn: ready to join a stack."""
+
+    client_id: str
+    state: dict[str, Tensor]
+    phases: list[LocalPhase]
+    batches: list[list[Any]]
+    bytes_down: int
+
+
+@dataclass
+class _Outcome:
+    """What a round's stacks gave: accepted uploads, failed clients, bytes sent down to the accepted ones."""
+
+    updates: list[ClientUpdate] = field(default_factory=list)
+    failures: list[ClientFailure] = field(default_factory=list)
+    bytes_down: int = 0
+
+
+def fit_stacked(
+    trainer: FederatedTrainer, client_ids: Sequence[str], round_idx: int
+) -> tuple[list[ClientUpdate], list[ClientFailure], int]:
+    """Train this process's clients of a round in stacks of up to ``trainer.stack_clients``.
+
+    Clients are taken in order. Each is loaded into its architecture's module as the sequential path loads it,
+    announced to ``on_client_fit_start`` (with that module, holding its state), its batches drawn from its own
+    ``train_dataloader()`` under the sequential path's seed, and it joins the open stack of its architecture, phases
+    and steps per phase; a full stack trains at once, the others once every client is ready. Each client then gets
+    its :class:`ClientUpdate` and :class:`ClientState`, is announced to ``on_client_fit_end`` (the module holding its
+    trained state whenever a callback has that hook), and is accepted or rejected as in the sequential path. A client
+    whose loading raises is a failed client; a stack whose training raises fails all its clients.
+
+    Args:
+        trainer: the running trainer.
+        client_ids: the round's clients that this process owns.
+        round_idx: the round.
+
+    Returns:
+        the accepted uploads, the failures, and the bytes sent down to the accepted clients.
+
+    """
+    outcome = _Outcome()
+    stacks: dict[Hashable, list[_Ready]] = {}
+    for client_id in client_ids:
+        try:
+            ready = _ready(trainer, client_id, round_idx)
+        except Exception as err:  # a failing client must not take the run down: it is left out and named
+            outcome.failures.append(_failure(client_id, err))
+            trainer._slot(client_id).refresh()
+            continue
+        key = (trainer._signatures[client_id], tuple(ready.phases), tuple(map(len, ready.batches)))
+        stack = stacks.setdefault(key, [])
+        stack.append(ready)
+        if len(stack) == trainer.stack_clients:
+            _train(trainer, stacks.pop(key), round_idx, outcome)
+    for stack in stacks.values():
+        _train(trainer, stack, round_idx, outcome)
+    return outcome.updates, outcome.failures, outcome.bytes_down
+
+
+def _failure(client_id: str, err: Exception) -> ClientFailure:
+    return ClientFailure(client_id, "error", f"{type(err).__name__}: {err}")
+
+
+def _ready(trainer: FederatedTrainer, client_id: str, round_idx: int) -> _Ready:
+    fabric = trainer._fabric
+    slot, bytes_down = trainer._load_client(client_id)
+    module = slot.module
+    fabric.call("on_client_fit_start", trainer=trainer, round_idx=round_idx, client_id=client_id, module=module)
+    state = {name: tensor.detach().clone() for name, tensor in slot.targets.items()}
+    phases = module.local_phases()
+    with seeded(derive_seed(trainer.seed, "fit", round_idx, client_id), [fabric.device]):
+        loader = trainer._client_data[client_id].train_dataloader()
+        batches = [list(phase_batches(loader, phase, trainer.local_epochs, trainer.local_steps)) for phase in phases]
+    if fabric.device.type != "cpu":
+        batches = [[fabric.to_device(batch) for batch in phase] for phase in batches]
+    return _Ready(client_id, state, phases, batches, bytes_down)
+
+
+def _train(trainer: FederatedTrainer, stack: list[_Ready], round_idx: int, outcome: _Outcome) -> None:
+    fabric = trainer._fabric
+    slot = trainer._slot(stack[0].client_id)
+    try:
+        states, batches = [c.state for c in stack], [c.batches for c in stack]
+        trained, losses = train_stack(slot.module, states, batches, stack[0].phases)
+    except Exception as err:  # e.g. a module whose sample_losses cannot run under vmap: its clients fail, named
+        outcome.failures += [_failure(c.client_id, err) for c in stack]
+        return
+    steps = len(losses)
+    mean_losses = losses.float().mean(0).tolist() if steps else [0.0] * len(stack)
+    announce = any(callable(getattr(cb, "on_client_fit_end", None)) for cb in trainer._callbacks)
+    for client, tensors, loss in zip(stack, trained, mean_losses, strict=True):
+        shared = {name: tensors[name] for name in slot.shared}
+        personal = {name: tensors[name] for name in slot.personal}
+        update = ClientUpdate(
+            client.client_id,
+            trainer._specs[client.client_id].num_train,
+            to_cpu(shared),
+            metrics={"loss": loss, "steps": float(steps)},
+        )
+        try:
+            if announce:
+                slot.load(personal, shared)
+            fabric.call(
+                "on_client_fit_end", trainer=trainer, round_idx=round_idx, client_id=client.client_id,
+                module=slot.module, update=update,
+            )  # fmt: skip
+        except Exception as err:  # as in the sequential path, the hook's failure is its client's
+            outcome.failures.append(_failure(client.client_id, err))
+            continue
+        failure = trainer._rejection(update, 0.0)  # no time budget: stacked clients share their wall time
+        if failure is not None:
+            outcome.failures.append(failure)
+            continue
+        trainer._store[client.client_id] = ClientState(to_cpu(personal))
+        outcome.updates.append(update)
+        outcome.bytes_down += client.bytes_down

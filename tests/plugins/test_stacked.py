@@ -1,0 +1,300 @@
+"""Clients trained in stacks (``FederatedTrainer(stack_clients=N)``) give the sequential path's results."""
+
+import pytest
+import torch
+
+from fedhet.callbacks import FederatedCallback
+from fedhet.datamodules import ClientDataModule, FederatedDataModule
+from fedhet.modules import FedAvg, FedBABU, FedPAC, FedPer, FedProx, FedRep, LocalOnly
+from fedhet.plugins import FederatedTrainer, UniformSampler
+from fedhet.plugins import stacked as stacked_plugin
+from fedhet.plugins.stacked import ELEMENTWISE_OPTIMIZERS, stacked_optimizer
+from tests.conftest import make_client
+from tests.plugins.test_faults import FAULT_ROUND
+from tests.plugins.test_faults import federation as loader_fault_federation
+
+ROUNDS = 3
+# train sizes 12..30 with batch size 8: 2, 3 or 4 steps an epoch, most last batches short
+SIZES = {"a": 40, "b": 32, "c": 48, "d": 24, "e": 60, "f": 44, "g": 52, "h": 30}
+SGD = {"optimizer": "sgd", "lr": 0.1, "momentum": 0.9, "weight_decay": 1e-3}
+ADAM = {"optimizer": "adam", "lr": 0.01, "weight_decay": 1e-3}
+
+
+def federation(sizes=SIZES):
+    return FederatedDataModule([make_client(cid, n, seed) for seed, (cid, n) in enumerate(sizes.items())])
+
+
+def fit(tmp_path, model, data=None, **kwargs):
+    kwargs.setdefault("rounds", ROUNDS)
+    trainer = FederatedTrainer(
+        accelerator="cpu",
+        enable_progress_bar=False,
+        logger=False,
+        checkpoint_every=kwargs.pop("checkpoint_every", 0),
+        default_root_dir=str(tmp_path),
+        **kwargs,
+    )
+    trainer.fit(model, data if data is not None else federation())
+    return trainer
+
+
+def assert_same_federation(sequential, stacked):
+    """Every shared and personal tensor and every round's mean training loss agree to 1e-5 relative."""
+    close = {"rtol": 1e-5, "atol": 1e-7}
+    torch.testing.assert_close(stacked.server_state.shared, sequential.server_state.shared, **close)
+    assert set(stacked._store) == set(sequential._store)
+    for cid in sequential._store:
+        torch.testing.assert_close(stacked._store[cid].personal, sequential._store[cid].personal, **close)
+    for mine, theirs in zip(stacked.history, sequential.history, strict=True):
+        assert mine["train/loss_mean"] == pytest.approx(theirs["train/loss_mean"], rel=1e-5)
+        assert mine["clients/participants"] == theirs["clients/participants"]
+        assert mine["clients/failed"] == theirs["clients/failed"]
+        assert mine["comm/bytes_down"] == theirs["comm/bytes_down"]
+
+
+class StackSpy:
+    """Records the size of every stack trained and whether any of its batches was padded."""
+
+    def __init__(self, monkeypatch):
+        self.sizes, self.padded = [], False
+        train_stack = stacked_plugin.train_stack
+
+        def spy(module, states, batches, phases):
+            self.sizes.append(len(states))
+            self.padded |= any(
+                len({len(client[p][s][0]) for client in batches}) > 1
+                for p in range(len(phases))
+                for s in range(len(batches[0][p]))
+            )
+            return train_stack(module, states, batches, phases)
+
+        monkeypatch.setattr(stacked_plugin, "train_stack", spy)
+
+
+METHODS = {
+    "fedavg": lambda **kw: FedAvg(hidden_dims=[8], **kw),
+    "fedrep": lambda **kw: FedRep(hidden_dims=[8], head_epochs=2, **kw),
+    "local": lambda **kw: LocalOnly(hidden_dims=[8], **kw),
+    "fedper": lambda **kw: FedPer(hidden_dims=[8], **kw),
+    "fedbabu": lambda **kw: FedBABU(hidden_dims=[8], **kw),
+}
+
+
+@pytest.mark.parametrize("optimizer", [SGD, ADAM], ids=["sgd-momentum", "adam"])
+@pytest.mark.parametrize("method", list(METHODS))
+def test_stacked_equals_sequential(tmp_path, monkeypatch, method, optimizer):
+    sequential = fit(tmp_path / "seq", METHODS[method](**optimizer))
+    spy = StackSpy(monkeypatch)
+    stacked = fit(tmp_path / "stack", METHODS[method](**optimizer), stack_clients=3)
+    assert_same_federation(sequential, stacked)
+    # each round, clients grouped by their steps per epoch (3: a c f, 2: b d h, 4: e g), short batches padded
+    assert spy.sizes == [3, 3, 2] * ROUNDS
+    assert spy.padded
+
+
+def test_local_steps_cycle_the_loader_as_the_sequential_path_does(tmp_path, monkeypatch):
+    sequential = fit(tmp_path / "seq", FedAvg(hidden_dims=[8], **ADAM), local_steps=5)
+    spy = StackSpy(monkeypatch)
+    stacked = fit(tmp_path / "stack", FedAvg(hidden_dims=[8], **ADAM), local_steps=5, stack_clients=64)
+    assert_same_federation(sequential, stacked)
+    assert spy.sizes == [len(SIZES)] * ROUNDS  # every client takes 5 steps: one stack a round
+    assert spy.padded  # a short batch ends each pass, in the middle of the 5 steps
+
+
+def test_sampled_clients_train_in_stacks(tmp_path):
+    sizes = {f"c{i:02d}": 24 + 4 * (i % 7) for i in range(20)}
+    kwargs = {"sampler": UniformSampler(fraction=0.1), "rounds": 4}
+    sequential = fit(tmp_path / "seq", FedPer(hidden_dims=[8], **SGD), federation(sizes), **kwargs)
+    stacked = fit(tmp_path / "stack", FedPer(hidden_dims=[8], **SGD), federation(sizes), stack_clients=8, **kwargs)
+    assert_same_federation(sequential, stacked)
+    assert [h["clients/participants"] for h in stacked.history] == [2.0] * 4
+
+
+@pytest.mark.parametrize("stack_clients", [1, 100])
+def test_stacks_of_one_and_larger_than_the_round(tmp_path, monkeypatch, stack_clients):
+    sequential = fit(tmp_path / "seq", FedAvg(hidden_dims=[8], **SGD))
+    spy = StackSpy(monkeypatch)
+    stacked = fit(tmp_path / "stack", FedAvg(hidden_dims=[8], **SGD), stack_clients=stack_clients)
+    assert_same_federation(sequential, stacked)
+    assert spy.sizes == ([1] * 8 if stack_clients == 1 else [3, 3, 2]) * ROUNDS
+
+
+class DropoutFedAvg(FedAvg):
+    def __init__(self):
+        super().__init__(hidden_dims=[8], dropout=0.2)
+
+
+class KeepsOptimizerState(FedAvg):
+    keep_optimizer_state = True
+
+
+class Lbfgs(FedAvg):
+    def configure_optimizers(self):
+        return torch.optim.LBFGS(self.parameters())
+
+
+REFUSED = {
+    "fedprox": (lambda: FedProx(hidden_dims=[8]), "FedProx overrides training_step, on_train_start, which"),
+    "fedpac": (lambda: FedPAC(hidden_dims=[8]), "FedPAC overrides training_step"),
+    "dropout": (DropoutFedAvg, r"its layer 'body.3' \(Dropout\) draws random numbers"),
+    "optimizer-state": (KeepsOptimizerState, "it keeps optimizer state"),
+    "lbfgs": (Lbfgs, "its optimizer LBFGS is not one of the element-wise optimizers"),
+}
+
+
+@pytest.mark.parametrize("case", list(REFUSED))
+def test_modules_that_cannot_stack_are_refused_before_training(tmp_path, case):
+    make, reason = REFUSED[case]
+    module = make()
+    trainer = FederatedTrainer(accelerator="cpu", enable_progress_bar=False, logger=False, stack_clients=4)
+    name = type(module).__name__
+    with pytest.raises(
+        ValueError, match=f"field 'stack_clients' is set, but {name} cannot train clients in stacks: {reason}"
+    ):
+        trainer.fit(module, federation())
+    assert trainer.history == []
+
+
+def test_mixed_precision_is_refused(tmp_path):
+    trainer = FederatedTrainer(
+        accelerator="cpu", precision="bf16-mixed", enable_progress_bar=False, logger=False, stack_clients=4
+    )
+    with pytest.raises(ValueError, match=r"'stack_clients' needs full precision \('32-true'\)"):
+        trainer.fit(FedAvg(hidden_dims=[8]), federation())
+
+
+def test_stack_clients_is_validated():
+    with pytest.raises(ValueError, match="field 'stack_clients' must be at least 1 or None, got 0"):
+        FederatedTrainer(stack_clients=0)
+    with pytest.raises(ValueError, match="fields 'stack_clients' and 'client_time_budget_s' cannot both be set"):
+        FederatedTrainer(stack_clients=8, client_time_budget_s=1.0)
+
+
+class NaNClient(ClientDataModule):
+    """A client whose training features turn NaN in round ``FAULT_ROUND`` (after the data checks passed)."""
+
+    calls = 0
+
+    def train_dataloader(self):
+        self.calls += 1
+        loader = super().train_dataloader()
+        if self.calls - 1 != FAULT_ROUND:
+            return loader
+        return [(x * float("nan"), y) for x, y in loader]
+
+
+def nan_federation():
+    clients = [make_client(cid, n, seed) for seed, (cid, n) in enumerate(SIZES.items())]
+    ref = clients[1]
+    ref.setup()
+    clients[1] = NaNClient("b", ref.train_dataset.x, ref.train_dataset.y, 3, batch_size=8)
+    return FederatedDataModule(clients)
+
+
+def test_a_client_with_nan_data_is_rejected_while_its_stack_aggregates(tmp_path, caplog):
+    sequential = fit(tmp_path / "seq", FedRep(hidden_dims=[8], **SGD), nan_federation())
+    stacked = fit(tmp_path / "stack", FedRep(hidden_dims=[8], **SGD), nan_federation(), stack_clients=8)
+    assert_same_federation(sequential, stacked)
+    assert [h["clients/failed"] for h in stacked.history] == [0.0, 1.0, 0.0]
+    assert "round 1: client 'b' left out of the aggregate: non-finite upload in ['body.1.weight'" in caplog.text
+    for name, value in stacked.server_state.shared.items():
+        assert torch.isfinite(value).all(), name
+
+
+@pytest.mark.parametrize("when", ["create", "iterate"])
+def test_a_client_whose_loader_fails_is_a_failed_client(tmp_path, caplog, when):
+    sequential = fit(tmp_path / "seq", FedRep(hidden_dims=[8]), loader_fault_federation(when))
+    stacked = fit(tmp_path / "stack", FedRep(hidden_dims=[8]), loader_fault_federation(when), stack_clients=8)
+    assert_same_federation(sequential, stacked)
+    assert [h["clients/failed"] for h in stacked.history] == [0.0, 1.0, 0.0]
+    assert "round 1: client 'b' left out of the aggregate: OSError" in caplog.text
+
+
+class FailingHook(FederatedCallback):
+    def __init__(self, hook):
+        self.hook = hook
+
+    def on_client_fit_start(self, round_idx, client_id):
+        if self.hook == "start" and (round_idx, client_id) == (FAULT_ROUND, "c"):
+            raise RuntimeError("callback on fire")
+
+    def on_client_fit_end(self, round_idx, client_id):
+        if self.hook == "end" and (round_idx, client_id) == (FAULT_ROUND, "c"):
+            raise RuntimeError("callback on fire")
+
+
+@pytest.mark.parametrize("hook", ["start", "end"])
+def test_a_client_whose_hook_raises_is_a_failed_client(tmp_path, caplog, hook):
+    sequential = fit(tmp_path / "seq", FedPer(hidden_dims=[8]), callbacks=[FailingHook(hook)])
+    stacked = fit(tmp_path / "stack", FedPer(hidden_dims=[8]), callbacks=[FailingHook(hook)], stack_clients=8)
+    assert_same_federation(sequential, stacked)
+    assert [h["clients/failed"] for h in stacked.history] == [0.0, 1.0, 0.0]
+    assert "round 1: client 'c' left out of the aggregate: RuntimeError: callback on fire" in caplog.text
+
+
+def test_resumed_stacked_run_equals_an_uninterrupted_one(tmp_path):
+    full = fit(tmp_path / "full", FedRep(hidden_dims=[8], **ADAM), stack_clients=3)
+    fit(tmp_path / "split", FedRep(hidden_dims=[8], **ADAM), stack_clients=3, rounds=2, checkpoint_every=1)
+    resumed = FederatedTrainer(
+        rounds=ROUNDS, accelerator="cpu", enable_progress_bar=False, logger=False, stack_clients=3,
+        default_root_dir=str(tmp_path / "split"),
+    )  # fmt: skip
+    resumed.fit(FedRep(hidden_dims=[8], **ADAM), federation(), ckpt_path="last")
+    assert_same_federation(full, resumed)
+    torch.testing.assert_close(resumed.server_state.shared, full.server_state.shared, rtol=0, atol=0)
+
+
+class ModuleWatcher(FederatedCallback):
+    """Records what each client's module holds when its fit starts and ends, and its upload."""
+
+    def __init__(self):
+        self.start, self.end, self.updates = {}, {}, {}
+
+    def on_client_fit_start(self, client_id, module):
+        self.start[client_id] = {k: v.clone() for k, v in module.shared_state_dict().items()}
+
+    def on_client_fit_end(self, client_id, module, update):
+        self.end[client_id] = {k: v.clone() for k, v in module.shared_state_dict().items()}
+        self.updates[client_id] = update
+
+
+def test_hooks_see_each_clients_module_before_and_after_training(tmp_path):
+    watcher = ModuleWatcher()
+    trainer = fit(tmp_path, FedPer(hidden_dims=[8]), rounds=1, stack_clients=3, callbacks=[watcher])
+    assert set(watcher.start) == set(watcher.end) == set(SIZES)
+    for cid in SIZES:
+        assert watcher.start[cid].keys() == {"body.1.weight", "body.1.bias"}
+        torch.testing.assert_close(watcher.end[cid], watcher.updates[cid].shared, rtol=0, atol=0)
+        assert not torch.equal(watcher.start[cid]["body.1.weight"], watcher.end[cid]["body.1.weight"])
+        assert watcher.updates[cid].metrics["steps"] > 0
+    assert trainer.history[0]["clients/participants"] == len(SIZES)
+
+
+@pytest.mark.parametrize("optimizer", ELEMENTWISE_OPTIMIZERS, ids=lambda cls: cls.__name__)
+def test_one_optimizer_over_stacked_tensors_equals_one_per_client(optimizer):
+    gen = torch.Generator().manual_seed(0)
+    module = torch.nn.Linear(3, 2)
+    clients = [[torch.randn(2, 3, generator=gen), torch.randn(2, generator=gen)] for _ in range(4)]
+    grads = [[[torch.randn(p.shape, generator=gen) for p in client] for client in clients] for _ in range(3)]
+    leaves = {name: torch.stack([c[i] for c in clients]) for i, name in enumerate(("weight", "bias"))}
+    settings = {"lr": 0.1, "weight_decay": 0.01}
+    together = stacked_optimizer(optimizer(module.parameters(), **settings), module, leaves)
+    alone = [[p.clone() for p in client] for client in clients]
+    singles = [optimizer(params, **settings) for params in alone]
+    for step in grads:
+        for i, name in enumerate(("weight", "bias")):
+            leaves[name].grad = torch.stack([g[i] for g in step])
+        together.step()
+        for params, single, client_grads in zip(alone, singles, step, strict=True):
+            for p, g in zip(params, client_grads, strict=True):
+                p.grad = g
+            single.step()
+    for i, name in enumerate(("weight", "bias")):
+        torch.testing.assert_close(leaves[name], torch.stack([params[i] for params in alone]))
+
+
+def test_non_elementwise_optimizer_is_refused_by_stacked_optimizer():
+    module = torch.nn.Linear(3, 2)
+    leaves = {name: torch.zeros(2, *p.shape) for name, p in module.named_parameters()}
+    with pytest.raises(TypeError, match="LBFGS is not one of the element-wise optimizers"):
+        stacked_optimizer(torch.optim.LBFGS(module.parameters()), module, leaves)
