@@ -36,11 +36,16 @@ class CallbackHooks:
 
     def __call__(self, hook: str, **kwargs: Any) -> None:
         """Run ``hook`` on each callback that has it, passing the ``kwargs`` its signature takes."""
-        targets = self._targets.get(hook)
-        if targets is None:
-            targets = self._targets[hook] = self._resolve(hook)
-        for method, names in targets:
+        if hook not in self._targets:
+            self._targets[hook] = self._resolve(hook)
+        for method, names in self._targets[hook]:
             method(**(kwargs if names is None else {name: kwargs[name] for name in names if name in kwargs}))
+
+    def defines(self, hook: str) -> bool:
+        """Whether some callback has a callable ``hook``."""
+        if hook not in self._targets:
+            self._targets[hook] = self._resolve(hook)
+        return bool(self._targets[hook])
 
     def _resolve(self, hook: str) -> list[_Target]:
         """The callable ``hook`` methods and the keyword names each takes (``None``: all, it has ``**kwargs``)."""

@@ -267,7 +267,7 @@ def _ready(trainer: FederatedTrainer, client_id: str, round_idx: int) -> _Ready:
     fabric = trainer._fabric
     slot, bytes_down = trainer._load_client(client_id)
     module = slot.module
-    fabric.call("on_client_fit_start", trainer=trainer, round_idx=round_idx, client_id=client_id, module=module)
+    trainer._hooks("on_client_fit_start", trainer=trainer, round_idx=round_idx, client_id=client_id, module=module)
     state = {name: tensor.detach().clone() for name, tensor in slot.targets.items()}
     phases = module.local_phases()
     with seeded(derive_seed(trainer.seed, "fit", round_idx, client_id), [fabric.device]):
@@ -279,7 +279,6 @@ def _ready(trainer: FederatedTrainer, client_id: str, round_idx: int) -> _Ready:
 
 
 def _train(trainer: FederatedTrainer, stack: list[_Ready], round_idx: int, outcome: _Outcome) -> None:
-    fabric = trainer._fabric
     slot = trainer._slot(stack[0].client_id)
     try:
         states, batches = [c.state for c in stack], [c.batches for c in stack]
@@ -289,7 +288,7 @@ def _train(trainer: FederatedTrainer, stack: list[_Ready], round_idx: int, outco
         return
     steps = len(losses)
     mean_losses = losses.float().mean(0).tolist() if steps else [0.0] * len(stack)
-    announce = any(callable(getattr(cb, "on_client_fit_end", None)) for cb in trainer._callbacks)
+    announce = trainer._hooks.defines("on_client_fit_end")
     for client, tensors, loss in zip(stack, trained, mean_losses, strict=True):
         shared = {name: tensors[name] for name in slot.shared}
         personal = {name: tensors[name] for name in slot.personal}
@@ -302,7 +301,7 @@ def _train(trainer: FederatedTrainer, stack: list[_Ready], round_idx: int, outco
         try:
             if announce:
                 slot.load(personal, shared)
-            fabric.call(
+            trainer._hooks(
                 "on_client_fit_end", trainer=trainer, round_idx=round_idx, client_id=client.client_id,
                 module=slot.module, update=update,
             )  # fmt: skip
