@@ -441,8 +441,9 @@ class FederatedTrainer:
             bytes_down += down
         spans = {"time/train_s": time.perf_counter() - start}
         mark = time.perf_counter()
-        gathered = gather_objects(fabric, (updates, failures, bytes_down))
-        spans["time/gather_s"] = time.perf_counter() - mark
+        gathered = gather_objects(fabric, (updates, failures, bytes_down, spans["time/train_s"]))
+        spans["time/gather_s"] = time.perf_counter() - mark  # with the wait for slower processes
+        spans["time/train_max_s"] = max(part[3] for part in gathered)  # the slowest process's training
         updates = sorted((u for part in gathered for u in part[0]), key=lambda u: self._index[u.client_id])
         failures = sorted((f for part in gathered for f in part[1]), key=lambda f: self._index[f.client_id])
         bytes_down = sum(part[2] for part in gathered)
