@@ -3,9 +3,8 @@
 Gathering is a tensor collective, not a pickle of tensors: :func:`pack_object` pickles an object's skeleton with every
 plain dense tensor replaced by a reference into one flat byte buffer that holds the tensors' bytes back to back, the
 processes exchange those buffers with two ``all_gather`` calls (their lengths, then the buffers padded to the longest)
-and :func:`unpack_object` rebuilds each process's object with its tensors as views into the buffer it arrived in.
-Tensor bytes are copied once on the way out and not at all on the way in, so gathering every client's upload costs
-about a memory copy of the uploads plus the transfer.
+and :func:`unpack_object` rebuilds each other process's object, copying each tensor out of the buffer. Gathering every
+client's upload thus costs two memory copies of the uploads plus the transfer, instead of pickling them.
 """
 
 from __future__ import annotations
@@ -57,19 +56,19 @@ class _TensorPickler(pickle.Pickler):
 
 
 class _TensorUnpickler(pickle.Unpickler):
-    """Rebuilds what :class:`_TensorPickler` wrote, each tensor reference a view into ``data`` (or a copy)."""
+    """Rebuilds what :class:`_TensorPickler` wrote, each tensor reference a copy of its bytes in ``data``."""
 
-    def __init__(self, file: io.BytesIO, data: Tensor, copy: bool) -> None:
+    def __init__(self, file: io.BytesIO, data: Tensor) -> None:
         super().__init__(file)
         self.data = data
-        self.copy = copy
 
     def persistent_load(self, pid: Any) -> Tensor:
         ref, offset, dtype, shape = pid
         if ref != _TENSOR_REF:
             raise pickle.UnpicklingError(f"unknown persistent id {ref!r}")
-        tensor = self.data[offset : offset + torch.Size(shape).numel() * dtype.itemsize].view(dtype).view(shape)
-        return tensor.clone() if self.copy else tensor
+        # a copy, not a view: a tensor kept past the round (by a callback) or saved on its own must not hold on to,
+        # or be saved with, the whole buffer
+        return self.data[offset : offset + torch.Size(shape).numel() * dtype.itemsize].view(dtype).view(shape).clone()
 
 
 def pack_object(obj: Any) -> Tensor:
@@ -107,25 +106,23 @@ def pack_object(obj: Any) -> Tensor:
     return buffer
 
 
-def unpack_object(buffer: Tensor, copy: bool = False) -> Any:
+def unpack_object(buffer: Tensor) -> Any:
     """The object that :func:`pack_object` wrote into ``buffer`` (trailing padding is ignored).
 
     Args:
         buffer: a CPU ``uint8`` tensor of shape ``(B',)``, ``B' >= B``, whose first ``B`` bytes are a packed object.
-        copy: give each tensor its own memory; by default tensors are views into ``buffer``, which stays alive as
-            long as any of them does.
 
     Returns:
-        The object, its tensors on the CPU with their dtypes and shapes.
+        The object, its tensors contiguous CPU tensors with their dtypes and shapes, each with its own memory.
 
     """
     length = int.from_bytes(buffer[:_HEADER].numpy().tobytes(), "little")
     head = buffer[_HEADER : _HEADER + length].numpy().tobytes()
     data = buffer[_aligned(_HEADER + length) :]
-    return _TensorUnpickler(io.BytesIO(head), data, copy).load()
+    return _TensorUnpickler(io.BytesIO(head), data).load()
 
 
-def gather_objects(fabric: Fabric, obj: T, copy: bool = False) -> list[T]:
+def gather_objects(fabric: Fabric, obj: T) -> list[T]:
     """Every process's ``obj``, in rank order, on every process (identity on one process).
 
     The objects travel as :func:`pack_object` buffers through two ``all_gather`` collectives (lengths, then the
@@ -134,12 +131,10 @@ def gather_objects(fabric: Fabric, obj: T, copy: bool = False) -> list[T]:
     Args:
         fabric: the run's Fabric.
         obj: this process's object.
-        copy: give each gathered tensor its own memory (e.g. for states that outlive the round or are saved on their
-            own); by default gathered tensors are views into the buffer their process's object arrived in.
 
     Returns:
-        ``world_size`` objects; tensors in other processes' objects (and in this process's own, when gathered) are
-        CPU tensors.
+        ``world_size`` objects: this process's ``obj`` itself at its rank, the others rebuilt by :func:`unpack_object`
+        (their tensors on the CPU).
 
     """
     if fabric.world_size == 1:
@@ -154,4 +149,7 @@ def gather_objects(fabric: Fabric, obj: T, copy: bool = False) -> list[T]:
         buffer = torch.cat([buffer, buffer.new_zeros(max(lengths) - buffer.numel())])
     buffers = [torch.empty_like(buffer) for _ in lengths]
     dist.all_gather(buffers, buffer)
-    return [unpack_object(b[:n].cpu(), copy=copy) for b, n in zip(buffers, lengths, strict=True)]
+    rank = dist.get_rank()
+    return [
+        obj if r == rank else unpack_object(b[:n].cpu()) for r, (b, n) in enumerate(zip(buffers, lengths, strict=True))
+    ]

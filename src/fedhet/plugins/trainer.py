@@ -622,7 +622,7 @@ class FederatedTrainer:
     def save_checkpoint(self, path: str | Path) -> None:
         """Write the whole federation (server, every client, callbacks, history) to ``path``, atomically."""
         fabric = self._fabric
-        stores = gather_objects(fabric, dict(self._store.state_dicts()), copy=True)  # saved states own memory
+        stores = gather_objects(fabric, dict(self._store.state_dicts()))
         callbacks = {self._callback_key(cb): cb.state_dict() for cb in self._callbacks if hasattr(cb, "state_dict")}
         if fabric.is_global_zero:
             save_checkpoint(
