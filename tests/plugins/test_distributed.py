@@ -138,3 +138,7 @@ def test_gather_objects_on_two_processes():
 def test_gather_objects_is_identity_on_one_process():
     obj = {"w": torch.ones(2)}
     assert gather_objects(_Fabric(1), obj)[0] is obj
+
+
+def test_the_same_object_always_packs_to_the_same_bytes():
+    assert torch.equal(pack_object([upload("a", 0), upload("b", 1)]), pack_object([upload("a", 0), upload("b", 1)]))

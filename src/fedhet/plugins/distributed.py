@@ -98,11 +98,13 @@ def pack_object(obj: Any) -> Tensor:
     pickler.dump(obj)
     head = bytearray(len(skeleton.getbuffer()).to_bytes(_HEADER, "little")) + skeleton.getbuffer()
     start = _aligned(len(head))
-    buffer = torch.zeros(start + pickler.data_bytes, dtype=torch.uint8)
+    buffer = torch.empty(start + pickler.data_bytes, dtype=torch.uint8)
     buffer[: len(head)] = torch.frombuffer(head, dtype=torch.uint8)
+    buffer[len(head) : start] = 0  # padding is zeroed: the same object always gives the same bytes
     for offset, tensor in pickler.tensors:
-        begin = start + offset
-        buffer[begin : begin + tensor.nbytes].view(tensor.dtype).view(tensor.shape).copy_(tensor)
+        begin, end = start + offset, start + offset + tensor.nbytes
+        buffer[begin:end].view(tensor.dtype).view(tensor.shape).copy_(tensor)
+        buffer[end : start + _aligned(offset + tensor.nbytes)] = 0
     return buffer
 
 
