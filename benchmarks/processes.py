@@ -17,8 +17,8 @@ How it is measured:
     is given beside it, the mean over repeats. The phases are the medians of the engine's spans on rank 0, in ms:
     ``time/train_s`` (its own clients' local work), ``time/gather_s`` (gathering every upload, with the wait for the
     slower process), ``time/aggregate_s`` and ``time/eval_s`` (its clients' evaluation, gathering the metrics and
-    the summaries); ``imbalance`` is the median of ``time/train_max_s - time/train_s``, how much longer the slowest
-    process trained. The metrics of every run (every logged column but the timings) are compared for equality.
+    the summaries); ``imbalance`` is the median of ``time/train_max_s`` (the slowest process's training) less that of
+    ``time/train_s``. The metrics of every run (every logged column but the timings) are compared for equality.
     Nothing is asserted; the machine should be otherwise idle (2 processes need 2 free cores).
 
 Why the uploads are gathered, not all-reduced:
@@ -88,8 +88,8 @@ def run(
 
 
 def steady(runs: list[list[dict[str, str]]], key: str) -> float:
-    """Median of ``key`` over rounds ``1 .. R-1`` of every run (rounds without it, e.g. no evaluation, left out)."""
-    return statistics.median(float(r[key]) for rows in runs for r in rows[1:] if r.get(key))
+    """Median of ``key`` over rounds ``1 .. R-1`` of every run (rows without it, e.g. no evaluation, left out)."""
+    return statistics.median(float(r[key]) for rows in runs for r in rows if r.get(key) and float(r["round"]) >= 1)
 
 
 def comparable(rows: list[dict[str, str]]) -> list[dict[str, str]]:
@@ -112,9 +112,7 @@ def measure(config: Path, args: argparse.Namespace) -> dict[str, object]:
     per_round = {d: steady(runs[d], "time/round_s") for d in (1, 2)}
     phases = {d: " / ".join(f"{1000 * steady(runs[d], f'time/{p}_s'):.0f}" for p in PHASES) for d in (1, 2)}
     reference = comparable(runs[1][0])
-    imbalance = statistics.median(
-        float(r["time/train_max_s"]) - float(r["time/train_s"]) for rows in runs[2] for r in rows[1:]
-    )
+    imbalance = steady(runs[2], "time/train_max_s") - steady(runs[2], "time/train_s")
     return {
         "config": " ".join([str(config.resolve().relative_to(ROOT)), *args.override]),
         "rounds": args.rounds,
