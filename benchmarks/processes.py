@@ -18,8 +18,9 @@ How it is measured:
     ``time/train_s`` (its own clients' local work), ``time/gather_s`` (gathering every upload, with the wait for the
     slower process), ``time/aggregate_s`` and ``time/eval_s`` (its clients' evaluation, gathering the metrics and
     the summaries); ``imbalance`` is the median of ``time/train_max_s`` (the slowest process's training) less that of
-    ``time/train_s``. The metrics of every run (every logged column but the timings) are compared for equality.
-    Nothing is asserted; the machine should be otherwise idle (2 processes need 2 free cores).
+    ``time/train_s``. The metrics of every run (every logged column but the timings, ``time/*`` and ``*_seconds``)
+    are compared for equality. Nothing is asserted; the machine should be otherwise idle (2 processes need 2 free
+    cores).
 
 Why the uploads are gathered, not all-reduced:
     Each process packs its clients' uploads into one byte buffer (tensor bytes copied once, only names, shapes and
@@ -93,8 +94,8 @@ def steady(runs: list[list[dict[str, str]]], key: str) -> float:
 
 
 def comparable(rows: list[dict[str, str]]) -> list[dict[str, str]]:
-    """Every logged column but the timings."""
-    return [{k: v for k, v in r.items() if not k.startswith("time/")} for r in rows]
+    """Every logged column but the timings (the engine's ``time/*``, callbacks' ``*_seconds`` such as FedPAC's QP's)."""
+    return [{k: v for k, v in r.items() if not k.startswith("time/") and not k.endswith("_seconds")} for r in rows]
 
 
 def measure(config: Path, args: argparse.Namespace) -> dict[str, object]:
