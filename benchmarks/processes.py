@@ -11,17 +11,34 @@ What runs:
 
 How it is measured:
     Seconds per round are the engine's ``time/round_s`` (rank 0's ``perf_counter`` span of a round: training,
-    gathering, aggregation, evaluation), median over rounds ``1 .. R-1`` (round 0 builds the clients); the speed-up is
-    the 1-process median over the 2-process one. Whole-command wall time (with process start-up and data loading) is
-    given beside it. The metrics of the two runs (every logged column but the timings) are compared for equality.
-    Nothing is asserted; the machine should be otherwise idle (2 processes need 2 free cores).
+    gathering, aggregation, evaluation), median over rounds ``1 .. R-1`` (round 0 builds the clients) pooled over
+    ``--repeats`` runs of each (1 and 2 processes alternate, so a burst of load from elsewhere hits both); the speed-up
+    is the 1-process median over the 2-process one. Whole-command wall time (with process start-up and data loading)
+    is given beside it, the mean over repeats. The phases are the medians of the engine's spans on rank 0, in ms:
+    ``time/train_s`` (its own clients' local work), ``time/gather_s`` (gathering every upload, with the wait for the
+    slower process), ``time/aggregate_s`` and ``time/eval_s`` (its clients' evaluation, gathering the metrics and
+    the summaries); ``imbalance`` is the median of ``time/train_max_s`` (the slowest process's training) less that of
+    ``time/train_s``. The metrics of every run (every logged column but the timings, ``time/*`` and ``*_seconds``)
+    are compared for equality. Nothing is asserted; the machine should be otherwise idle (2 processes need 2 free
+    cores).
+
+Why the uploads are gathered, not all-reduced:
+    Each process packs its clients' uploads into one byte buffer (tensor bytes copied once, only names, shapes and
+    scalars pickled; ``fedhet.plugins.distributed.pack_object``) and the buffers are exchanged with two
+    ``all_gather`` calls; every process then aggregates every upload in client order, as one process does. Summing
+    each process's clients first and all-reducing the partial sums would send far less (one model instead of one per
+    client) but adds the clients' terms in another grouping, so the float sums (and the metrics) would no longer be
+    guaranteed to equal the 1-process run's bit for bit; it would also hide the individual uploads from the
+    aggregators and server-side callbacks that need them (FedPAC's head mixing, HyFEM's matching, differential
+    privacy's clipping).
 
 Usage::
 
     python benchmarks/processes.py                      # 12 rounds of configs/fedavg/mnist5k_dominant.yaml
-    python benchmarks/processes.py --config configs/fedrep/digits.yaml --rounds 20
+    python benchmarks/processes.py --config configs/fedavg/mnist5k_dominant.yaml configs/fedpac/mnist5k.yaml
+    python benchmarks/processes.py --repeats 3 --override --model.init_args.hidden_dims=[800]
 
-Results go to ``benchmarks/results/processes.csv`` and ``.md``.
+Results go to ``benchmarks/results/processes.csv`` and ``.md`` (one row per config).
 """
 
 from __future__ import annotations
@@ -45,19 +62,25 @@ COLUMNS = {
     "round_s_1": "1 process s/round",
     "round_s_2": "2 processes s/round",
     "speedup": "speed-up",
+    "phases_1": "1 process ms: train / gather / aggregate / eval",
+    "phases_2": "2 processes ms: train / gather / aggregate / eval",
+    "imbalance_ms": "2 processes imbalance ms",
     "wall_s_1": "1 process wall s",
     "wall_s_2": "2 processes wall s",
     "identical": "metrics identical",
 }
+PHASES = ("train", "gather", "aggregate", "eval")
 
 
-def run(config: Path, devices: int, rounds: int, epochs: int, root: Path) -> tuple[list[dict[str, str]], float]:
+def run(
+    config: Path, devices: int, rounds: int, epochs: int, overrides: list[str], root: Path
+) -> tuple[list[dict[str, str]], float]:
     """One ``fedhet fit``; its metrics rows and its wall seconds."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     command = [sys.executable, "-m", "fedhet", "fit", "-c", str(config), "--trainer.devices", str(devices)]
     command += ["--trainer.rounds", str(rounds), "--trainer.local_epochs", str(epochs)]
     command += ["--trainer.default_root_dir", str(root)]
-    command += ["--trainer.enable_progress_bar", "false", "--trainer.checkpoint_every", "0"]
+    command += ["--trainer.enable_progress_bar", "false", "--trainer.checkpoint_every", "0", *overrides]
     start = time.perf_counter()
     subprocess.run(command, check=True, env=env, capture_output=True, cwd=ROOT)
     wall = time.perf_counter() - start
@@ -65,44 +88,68 @@ def run(config: Path, devices: int, rounds: int, epochs: int, root: Path) -> tup
     return rows, wall
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", type=Path, default=ROOT / "configs/fedavg/mnist5k_dominant.yaml")
-    parser.add_argument("--rounds", type=int, default=12)
-    parser.add_argument("--local-epochs", type=int, default=5)
-    parser.add_argument("--no-save", action="store_true")
-    args = parser.parse_args(argv)
-    results = {}
+def steady(runs: list[list[dict[str, str]]], key: str) -> float:
+    """Median of ``key`` over rounds ``1 .. R-1`` of every run (rows without it, e.g. no evaluation, left out)."""
+    return statistics.median(float(r[key]) for rows in runs for r in rows if r.get(key) and float(r["round"]) >= 1)
+
+
+def comparable(rows: list[dict[str, str]]) -> list[dict[str, str]]:
+    """Every logged column but the timings (the engine's ``time/*``, callbacks' ``*_seconds`` such as FedPAC's QP's)."""
+    return [{k: v for k, v in r.items() if not k.startswith("time/") and not k.endswith("_seconds")} for r in rows]
+
+
+def measure(config: Path, args: argparse.Namespace) -> dict[str, object]:
+    """One row of the table: ``config`` on 1 and 2 processes, ``args.repeats`` times each."""
+    runs: dict[int, list[list[dict[str, str]]]] = {1: [], 2: []}
+    walls: dict[int, list[float]] = {1: [], 2: []}
     with tempfile.TemporaryDirectory() as tmp:
-        for devices in (1, 2):
-            results[devices] = run(args.config, devices, args.rounds, args.local_epochs, Path(tmp) / f"d{devices}")
-            print(f"{devices} process(es): {results[devices][1]:.1f} s", flush=True)
-
-    def per_round(rows: list[dict[str, str]]) -> float:
-        return statistics.median(float(r["time/round_s"]) for r in rows[1:])
-
-    def comparable(rows: list[dict[str, str]]) -> list[dict[str, str]]:
-        return [{k: v for k, v in r.items() if not k.startswith("time/")} for r in rows]
-
-    (rows_1, wall_1), (rows_2, wall_2) = results[1], results[2]
-    row = {
-        "config": str(args.config.resolve().relative_to(ROOT)),
+        for repeat in range(args.repeats):
+            for devices in (1, 2):
+                root = Path(tmp) / f"r{repeat}d{devices}"
+                rows, wall = run(config, devices, args.rounds, args.local_epochs, args.override, root)
+                runs[devices].append(rows)
+                walls[devices].append(wall)
+                print(f"{config.name}, {devices} process(es), repeat {repeat}: {wall:.1f} s", flush=True)
+    per_round = {d: steady(runs[d], "time/round_s") for d in (1, 2)}
+    phases = {d: " / ".join(f"{1000 * steady(runs[d], f'time/{p}_s'):.0f}" for p in PHASES) for d in (1, 2)}
+    reference = comparable(runs[1][0])
+    imbalance = steady(runs[2], "time/train_max_s") - steady(runs[2], "time/train_s")
+    return {
+        "config": " ".join([str(config.resolve().relative_to(ROOT)), *args.override]),
         "rounds": args.rounds,
         "local_epochs": args.local_epochs,
-        "round_s_1": round(per_round(rows_1), 3),
-        "round_s_2": round(per_round(rows_2), 3),
-        "speedup": f"{per_round(rows_1) / per_round(rows_2):.2f}x",
-        "wall_s_1": round(wall_1, 1),
-        "wall_s_2": round(wall_2, 1),
-        "identical": comparable(rows_1) == comparable(rows_2),
+        "round_s_1": round(per_round[1], 3),
+        "round_s_2": round(per_round[2], 3),
+        "speedup": f"{per_round[1] / per_round[2]:.2f}x",
+        "phases_1": phases[1],
+        "phases_2": phases[2],
+        "imbalance_ms": round(1000 * imbalance),
+        "wall_s_1": round(statistics.mean(walls[1]), 1),
+        "wall_s_2": round(statistics.mean(walls[2]), 1),
+        "identical": all(comparable(rows) == reference for d in (1, 2) for rows in runs[d]),
     }
-    print(row)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", type=Path, nargs="+", default=[ROOT / "configs/fedavg/mnist5k_dominant.yaml"])
+    parser.add_argument("--rounds", type=int, default=12)
+    parser.add_argument("--local-epochs", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=1, help="runs of each process count (alternated)")
+    parser.add_argument(
+        "--override", nargs="*", default=[], help="extra `fedhet fit` arguments, e.g. --model.init_args.lr=0.1"
+    )
+    parser.add_argument("--no-save", action="store_true")
+    args = parser.parse_args(argv)
+    rows = [measure(config, args) for config in args.config]
+    for row in rows:
+        print(row)
     if not args.no_save:
         sys.path.insert(0, str(Path(__file__).resolve().parent))
         from _common import environment, write_table
 
         notes = ["Written by `benchmarks/processes.py` (its docstring explains the method). Target: >= 1.6x."]
-        print(write_table("processes", "Client-parallel: 2 CPU processes vs 1", [row], COLUMNS, notes, environment()))
+        print(write_table("processes", "Client-parallel: 2 CPU processes vs 1", rows, COLUMNS, notes, environment()))
 
 
 if __name__ == "__main__":

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 
-from torchmetrics.aggregation import MaxMetric, MeanMetric, MinMetric
+import numpy as np
+
+log = logging.getLogger(__name__)
 
 
 def summarize_clients(
@@ -15,6 +18,11 @@ def summarize_clients(
     log_per_client: bool = True,
 ) -> dict[str, float]:
     """Fold per-client metrics into ``{prefix}/{metric}_mean``, ``_weighted`` and ``_worst`` (and per-client keys).
+
+    The summaries are accumulated in float32 over the clients in sorted order, with NaN values left out (and a
+    warning), the same arithmetic as torchmetrics' ``MeanMetric`` / ``MinMetric`` / ``MaxMetric`` updated one client at
+    a time, without their per-update overhead. A metric with no finite-or-infinite value has a NaN mean and a worst
+    value of ``-inf`` (higher is better) or ``inf``.
 
     Args:
         per_client: ``client_id -> metric -> value``.
@@ -32,20 +40,30 @@ def summarize_clients(
     """
     out: dict[str, float] = {}
     names = sorted({name for metrics in per_client.values() for name in metrics})
+    zero = np.float32(0.0)
     for name in names:
-        local = {"sync_on_compute": False}  # every process already holds every client's values
-        mean, weighted = MeanMetric(**local), MeanMetric(**local)
-        worst = (MinMetric if higher_is_better.get(name, False) else MaxMetric)(**local)
+        higher = higher_is_better.get(name, False)
+        total, count, weighted, weights = zero, zero, zero, zero
+        worst = np.float32(np.inf if higher else -np.inf)
+        skipped = []
         for client_id in sorted(per_client):
             if name not in per_client[client_id]:
                 continue
             value = per_client[client_id][name]
-            mean.update(value)
-            weighted.update(value, weight=num_samples[client_id])
-            worst.update(value)
             if log_per_client:
                 out[f"{prefix}/{name}/{client_id}"] = value
-        out[f"{prefix}/{name}_mean"] = mean.compute().item()
-        out[f"{prefix}/{name}_weighted"] = weighted.compute().item()
-        out[f"{prefix}/{name}_worst"] = worst.compute().item()
+            value32 = np.float32(value)
+            if np.isnan(value32):
+                skipped.append(client_id)
+                continue
+            weight = np.float32(num_samples[client_id])
+            total, count = total + value32, count + np.float32(1.0)
+            weighted, weights = weighted + value32 * weight, weights + weight
+            worst = np.minimum(worst, value32) if higher else np.maximum(worst, value32)
+        if skipped:
+            log.warning("%s/%s: NaN values of clients %s left out of the summaries", prefix, name, skipped)
+        with np.errstate(invalid="ignore", divide="ignore"):  # no value: a NaN mean, as 0 / 0
+            out[f"{prefix}/{name}_mean"] = float(total / count)
+            out[f"{prefix}/{name}_weighted"] = float(weighted / weights)
+        out[f"{prefix}/{name}_worst"] = float(worst)
     return out

@@ -464,18 +464,24 @@ class FederatedTrainer:
             self._store[cid] = state
             updates.append(update)
             bytes_down += down
-        gathered = gather_objects(fabric, (updates, failures, bytes_down))
+        spans = {"time/train_s": time.perf_counter() - start}
+        mark = time.perf_counter()
+        gathered = gather_objects(fabric, (updates, failures, bytes_down, spans["time/train_s"]))
+        spans["time/gather_s"] = time.perf_counter() - mark  # with the wait for slower processes
+        spans["time/train_max_s"] = max(part[3] for part in gathered)  # the slowest process's training
         updates = sorted((u for part in gathered for u in part[0]), key=lambda u: self._index[u.client_id])
         failures = sorted((f for part in gathered for f in part[1]), key=lambda f: self._index[f.client_id])
         bytes_down = sum(part[2] for part in gathered)
         self._check_failures(round_idx, sampled, updates, failures)
 
+        mark = time.perf_counter()
         updates = self._privatize(updates, round_idx)
         self._hooks("on_aggregate_start", trainer=self, round_idx=round_idx, updates=updates)
         self.server_state.shared.update(self._aggregate(updates, len(sampled), round_idx))
         self._hooks(
             "on_aggregate_end", trainer=self, round_idx=round_idx, server_state=self.server_state, updates=updates
         )
+        spans["time/aggregate_s"] = time.perf_counter() - mark
 
         bytes_up = sum(u.num_bytes for u in updates)
         self._comm_totals["up"] += bytes_up
@@ -497,7 +503,10 @@ class FederatedTrainer:
         if self.privacy is not None:
             metrics.update(self.privacy.account(sample_rate=len(sampled) / len(self._client_ids)))
         if (round_idx + 1) % self.eval_every == 0 or round_idx == self.rounds - 1:
+            mark = time.perf_counter()
             metrics.update(self._evaluate("val", round_idx))
+            spans["time/eval_s"] = time.perf_counter() - mark
+        metrics.update(spans)
         metrics["time/round_s"] = time.perf_counter() - start
         return metrics
 
