@@ -21,7 +21,7 @@ trainer:
     init_args: {{fraction: 0.6, full_last_round: {full_last}}}
 model:
   class_path: fedhet.modules.{model}
-  init_args: {{hidden_dims: [16], dropout: 0.1, lr: 0.1}}
+  init_args: {{hidden_dims: [16], dropout: {dropout}, lr: 0.1}}
 data:
   class_path: fedhet.datamodules.DigitsFederation
   init_args: {{num_clients: 5, alpha: 0.5, val_fraction: 0.2, test_fraction: 0.2, seed: 1}}
@@ -29,10 +29,17 @@ data:
 
 
 def run_cli(
-    tmp_path: Path, name: str, model: str, rounds: int, devices: int, *extra: str, full_last: bool = True
+    tmp_path: Path,
+    name: str,
+    model: str,
+    rounds: int,
+    devices: int,
+    *extra: str,
+    full_last: bool = True,
+    dropout: float = 0.1,
 ) -> list[dict]:
     config = tmp_path / f"{model}.yaml"
-    config.write_text(CONFIG.format(model=model, rounds=rounds, full_last=str(full_last).lower()))
+    config.write_text(CONFIG.format(model=model, rounds=rounds, full_last=str(full_last).lower(), dropout=dropout))
     root = tmp_path / name
     env = {**os.environ, "OMP_NUM_THREADS": "1"}  # same thread count in every process: bitwise-equal float sums
     cmd = [sys.executable, "-m", "fedhet", "fit", "-c", str(config), "--trainer.devices", str(devices)]
@@ -56,3 +63,19 @@ def test_checkpoint_from_two_processes_resumes_on_one(tmp_path):
     run_cli(tmp_path, "split", "FedRep", rounds=2, devices=2, full_last=False)
     resumed = run_cli(tmp_path, "split", "FedRep", 4, 1, "--ckpt_path", "last", full_last=False)
     assert resumed == full
+
+
+def test_stacked_clients_on_two_processes_match_one(tmp_path):
+    # each process stacks only its own clients, so a client's padded batch length (and the order of its loss sum) may
+    # differ from the 1-process run: equal up to float32 rounding, not bitwise
+    stacked = ("--trainer.stack_clients", "4")
+    one = run_cli(tmp_path, "one", "FedRep", 3, 1, *stacked, dropout=0.0)
+    two = run_cli(tmp_path, "two", "FedRep", 3, 2, *stacked, dropout=0.0)
+    assert len(one) == len(two) == 3
+    for row_one, row_two in zip(one, two, strict=True):
+        assert row_one.keys() == row_two.keys()
+        for key in row_one:
+            if row_one[key] == "" or row_two[key] == "":
+                assert row_one[key] == row_two[key], key
+            else:
+                assert float(row_two[key]) == pytest.approx(float(row_one[key]), rel=1e-5, abs=1e-6), key
