@@ -13,7 +13,7 @@ from torch import Tensor
 
 def num_bytes(tensors: Mapping[str, Tensor]) -> int:
     """Bytes of the tensor payload of a name-keyed mapping (names and framing not counted)."""
-    return sum(t.numel() * t.element_size() for t in tensors.values())
+    return sum(t.nbytes for t in tensors.values())
 
 
 def to_cpu(tensors: Mapping[str, Tensor]) -> dict[str, Tensor]:
