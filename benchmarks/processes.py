@@ -24,8 +24,8 @@ How it is measured:
 
 Why the uploads are gathered, not all-reduced:
     Each process packs its clients' uploads into one byte buffer (tensor bytes copied once, only names, shapes and
-    scalars pickled; ``fedhet.plugins.distributed.pack_object``) and the buffers are exchanged with two
-    ``all_gather`` calls; every process then aggregates every upload in client order, as one process does. Summing
+    scalars pickled; ``fedhet.plugins.distributed.pack_object``) and the buffers are exchanged (one ``all_gather``
+    of their lengths, one ``broadcast`` from each process); every process then aggregates every upload in client order, as one process does. Summing
     each process's clients first and all-reducing the partial sums would send far less (one model instead of one per
     client) but adds the clients' terms in another grouping, so the float sums (and the metrics) would no longer be
     guaranteed to equal the 1-process run's bit for bit; it would also hide the individual uploads from the
@@ -34,7 +34,7 @@ Why the uploads are gathered, not all-reduced:
 
 Usage::
 
-    python benchmarks/processes.py                      # 12 rounds of configs/fedavg/mnist5k_dominant.yaml
+    python benchmarks/processes.py                      # 30 rounds of configs/fedavg/mnist5k_dominant.yaml
     python benchmarks/processes.py --config configs/fedavg/mnist5k_dominant.yaml configs/fedpac/mnist5k.yaml
     python benchmarks/processes.py --repeats 3 --override --model.init_args.hidden_dims=[800]
 
@@ -133,7 +133,7 @@ def measure(config: Path, args: argparse.Namespace) -> dict[str, object]:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", type=Path, nargs="+", default=[ROOT / "configs/fedavg/mnist5k_dominant.yaml"])
-    parser.add_argument("--rounds", type=int, default=12)
+    parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--local-epochs", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=1, help="runs of each process count (alternated)")
     parser.add_argument(
