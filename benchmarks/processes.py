@@ -25,12 +25,12 @@ How it is measured:
 Why the uploads are gathered, not all-reduced:
     Each process packs its clients' uploads into one byte buffer (tensor bytes copied once, only names, shapes and
     scalars pickled; ``fedhet.plugins.distributed.pack_object``) and the buffers are exchanged (one ``all_gather``
-    of their lengths, one ``broadcast`` from each process); every process then aggregates every upload in client order, as one process does. Summing
-    each process's clients first and all-reducing the partial sums would send far less (one model instead of one per
-    client) but adds the clients' terms in another grouping, so the float sums (and the metrics) would no longer be
-    guaranteed to equal the 1-process run's bit for bit; it would also hide the individual uploads from the
-    aggregators and server-side callbacks that need them (FedPAC's head mixing, HyFEM's matching, differential
-    privacy's clipping).
+    of their lengths, one ``broadcast`` from each process); every process then aggregates every upload in client
+    order, as one process does. Summing each process's clients first and all-reducing the partial sums would send far
+    less (one model instead of one per client) but adds the clients' terms in another grouping, so the float sums
+    (and the metrics) would no longer be guaranteed to equal the 1-process run's bit for bit; it would also hide the
+    individual uploads from the aggregators and server-side callbacks that need them (FedPAC's head mixing, HyFEM's
+    matching, differential privacy's clipping).
 
 Usage::
 
