@@ -189,7 +189,7 @@ CHILDREN: dict[str, list[str]] = {
         "_fit_client > client_statistics()",
         "_fit_client > ClientUpdate()",
         "_fit_client > ClientState()",
-        "Fabric.call (x2 per client)",
+        "CallbackHooks (x2 per client)",
     ],
     "_fit_client > _load_client": [
         "_load_client > _slot",
@@ -209,7 +209,7 @@ CHILDREN: dict[str, list[str]] = {
         "= Tensor.backward",
         "= SGD.step",
         "= Optimizer.zero_grad",
-        "local > loss mean .item()",
+        "Tensor.item (mean loss, non-finite check)",
     ],
     "local > training_step": ["= model forward (Module.__call__)", "= F.cross_entropy", "training_step > self.log"],
 }
@@ -224,6 +224,7 @@ def fedhet_targets() -> list[Target]:
     from fedhet.modules.base import FederatedModule
     from fedhet.modules.classifier import FederatedClassifier
     from fedhet.plugins.aggregators import WeightedMean
+    from fedhet.plugins.hooks import CallbackHooks
     from fedhet.plugins.sampling import FullParticipation
     from fedhet.plugins.slots import ModuleSlot
     from fedhet.plugins.state import ClientState, ClientUpdate, ServerState
@@ -260,7 +261,7 @@ def fedhet_targets() -> list[Target]:
         (FederatedModule, "client_statistics", "_fit_client > client_statistics()", "call"),
         (ClientUpdate, "__init__", "_fit_client > ClientUpdate()", "call"),
         (ClientState, "__init__", "_fit_client > ClientState()", "call"),
-        (trainer.Fabric, "call", "Fabric.call (x2 per client)", "call"),
+        (CallbackHooks, "__call__", "CallbackHooks (x2 per client)", "call"),
         # run_local_training
         (local_loop, "configure_optimizer", "local > configure_optimizer", "call"),
         (FederatedClassifier, "configure_optimizers", "configure_optimizer > configure_optimizers()", "call"),
@@ -272,7 +273,7 @@ def fedhet_targets() -> list[Target]:
         (TensorBatchLoader, "__iter__", "batches > TensorBatchLoader next", "iter"),
         (FederatedClassifier, "training_step", "local > training_step", "call"),
         (FederatedModule, "log", "training_step > self.log", "call"),
-        (torch.Tensor, "item", "local > loss mean .item()", "call"),
+        (torch.Tensor, "item", "Tensor.item (mean loss, non-finite check)", "call"),
     ]
 
 
