@@ -21,6 +21,8 @@ How it is measured:
 
     With ``--budget-mb``, the largest federation runs a second time with ``client_state_budget_mb`` set: states beyond
     the budget spill to disk, so the state held in memory stays under the budget whatever the number of clients.
+    With ``--stack N`` (64 by default, 0 for none) it runs a third time with ``stack_clients=N``: the sampled clients
+    train in stacks of up to ``N`` with ``torch.func`` (``fedhet.plugins.stacked``).
 
 Usage::
 
@@ -50,6 +52,7 @@ PAGE_MB = resource.getpagesize() / 2**20
 
 COLUMNS = {
     "clients": "clients",
+    "stack": "stack_clients",
     "budget_mb": "state budget MB",
     "rounds_per_s": "rounds/s",
     "clients_per_s": "clients trained/s",
@@ -107,7 +110,9 @@ class _RssProbe:
             self.state_mb = sum(t.numel() * t.element_size() for t in tensors) / 2**20
 
 
-def run_one(num_clients: int, rounds: int, fraction: float, budget_mb: float | None, root: Path) -> dict:
+def run_one(
+    num_clients: int, rounds: int, fraction: float, budget_mb: float | None, stack: int | None, root: Path
+) -> dict:
     """One configuration in this process; returns its measurements."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from _common import quiet_trainer
@@ -128,6 +133,7 @@ def run_one(num_clients: int, rounds: int, fraction: float, budget_mb: float | N
         sampler=UniformSampler(fraction, min_clients=1),
         callbacks=[probe],
         client_state_budget_mb=budget_mb,
+        stack_clients=stack,
     )
     start = time.perf_counter()
     trainer.fit(FedRep(hidden_dims=[HIDDEN]), federation)
@@ -137,6 +143,7 @@ def run_one(num_clients: int, rounds: int, fraction: float, budget_mb: float | N
     store = trainer._store
     return {
         "clients": num_clients,
+        "stack": "none" if stack is None else stack,
         "budget_mb": "none" if budget_mb is None else budget_mb,
         "rounds": rounds,
         "rounds_per_s": round(len(steady) / sum(steady), 3),
@@ -160,19 +167,24 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=8, help="rounds per fit (>= 3)")
     parser.add_argument("--fraction", type=float, default=0.1, help="clients sampled per round")
     parser.add_argument("--budget-mb", type=float, default=2.0, help="state budget of the extra spilling run")
+    parser.add_argument("--stack", type=int, default=64, help="stack_clients of the extra stacked run (0: none)")
     parser.add_argument("--root", type=Path, default=Path("fedhet_runs/benchmarks/scale"))
     parser.add_argument("--no-save", action="store_true")
-    parser.add_argument("--child", nargs=2, metavar=("CLIENTS", "BUDGET"), help=argparse.SUPPRESS)
+    parser.add_argument("--child", nargs=3, metavar=("CLIENTS", "BUDGET", "STACK"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     torch.set_num_threads(1)  # as in every child; the results' footer reports it
     if args.child:
         budget = None if args.child[1] == "none" else float(args.child[1])
-        print(json.dumps(run_one(int(args.child[0]), args.rounds, args.fraction, budget, args.root)))
+        stack = None if args.child[2] == "none" else int(args.child[2])
+        print(json.dumps(run_one(int(args.child[0]), args.rounds, args.fraction, budget, stack, args.root)))
         return
-    configs = [(n, "none") for n in args.clients] + [(max(args.clients), str(args.budget_mb))]
+    largest = max(args.clients)
+    configs = [(n, "none", "none") for n in args.clients] + [(largest, str(args.budget_mb), "none")]
+    if args.stack:
+        configs.append((largest, "none", str(args.stack)))
     rows = []
-    for clients, budget in configs:
-        command = [sys.executable, __file__, "--child", str(clients), budget, "--rounds", str(args.rounds)]
+    for clients, budget, stack in configs:
+        command = [sys.executable, __file__, "--child", str(clients), budget, stack, "--rounds", str(args.rounds)]
         command += ["--fraction", str(args.fraction), "--root", str(args.root)]
         out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
         rows.append(json.loads(out.strip().splitlines()[-1]))
