@@ -19,7 +19,7 @@ are padded with zero rows that the loss leaves out. :func:`stacking_refusal` lis
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -37,7 +37,7 @@ from fedhet.functional.stacking import stack_padded, stack_states, unstack_state
 from fedhet.plugins.local_loop import configure_optimizer, phase_batches
 from fedhet.plugins.protocols import LocalPhase
 from fedhet.plugins.seeding import derive_seed, seeded
-from fedhet.plugins.state import ClientFailure, ClientState, ClientUpdate, to_cpu
+from fedhet.plugins.state import ClientFailure, ClientState, ClientUpdate, RoundUploads, to_cpu
 
 if TYPE_CHECKING:
     from fedhet.plugins.trainer import FederatedTrainer
@@ -209,18 +209,7 @@ class _Ready:
     bytes_down: int
 
 
-@dataclass
-class _Outcome:
-    """What a round's stacks gave: accepted uploads, failed clients, bytes sent down to the accepted ones."""
-
-    updates: list[ClientUpdate] = field(default_factory=list)
-    failures: list[ClientFailure] = field(default_factory=list)
-    bytes_down: int = 0
-
-
-def fit_stacked(
-    trainer: FederatedTrainer, client_ids: Sequence[str], round_idx: int
-) -> tuple[list[ClientUpdate], list[ClientFailure], int]:
+def fit_stacked(trainer: FederatedTrainer, client_ids: Sequence[str], round_idx: int) -> RoundUploads:
     """Train this process's clients of a round in stacks of up to ``trainer.stack_clients``.
 
     Clients are taken in order. Each is loaded into its architecture's module as the sequential path loads it,
@@ -240,27 +229,23 @@ def fit_stacked(
         the accepted uploads, the failures, and the bytes sent down to the accepted clients.
 
     """
-    outcome = _Outcome()
+    uploads = RoundUploads()
     stacks: dict[Hashable, list[_Ready]] = {}
     for client_id in client_ids:
         try:
             ready = _ready(trainer, client_id, round_idx)
         except Exception as err:  # a failing client must not take the run down: it is left out and named
-            outcome.failures.append(_failure(client_id, err))
+            uploads.failures.append(ClientFailure.from_error(client_id, err))
             trainer._slot(client_id).refresh()
             continue
         key = (trainer._signatures[client_id], tuple(ready.phases), tuple(map(len, ready.batches)))
         stack = stacks.setdefault(key, [])
         stack.append(ready)
         if len(stack) == trainer.stack_clients:
-            _train(trainer, stacks.pop(key), round_idx, outcome)
+            _train(trainer, stacks.pop(key), round_idx, uploads)
     for stack in stacks.values():
-        _train(trainer, stack, round_idx, outcome)
-    return outcome.updates, outcome.failures, outcome.bytes_down
-
-
-def _failure(client_id: str, err: Exception) -> ClientFailure:
-    return ClientFailure(client_id, "error", f"{type(err).__name__}: {err}")
+        _train(trainer, stack, round_idx, uploads)
+    return uploads
 
 
 def _ready(trainer: FederatedTrainer, client_id: str, round_idx: int) -> _Ready:
@@ -278,13 +263,13 @@ def _ready(trainer: FederatedTrainer, client_id: str, round_idx: int) -> _Ready:
     return _Ready(client_id, state, phases, batches, bytes_down)
 
 
-def _train(trainer: FederatedTrainer, stack: list[_Ready], round_idx: int, outcome: _Outcome) -> None:
+def _train(trainer: FederatedTrainer, stack: list[_Ready], round_idx: int, uploads: RoundUploads) -> None:
     slot = trainer._slot(stack[0].client_id)
     try:
         states, batches = [c.state for c in stack], [c.batches for c in stack]
         trained, losses = train_stack(slot.module, states, batches, stack[0].phases)
     except Exception as err:  # e.g. a module whose sample_losses cannot run under vmap: its clients fail, named
-        outcome.failures += [_failure(c.client_id, err) for c in stack]
+        uploads.failures += [ClientFailure.from_error(c.client_id, err) for c in stack]
         return
     steps = len(losses)
     mean_losses = losses.float().mean(0).tolist() if steps else [0.0] * len(stack)
@@ -306,12 +291,7 @@ def _train(trainer: FederatedTrainer, stack: list[_Ready], round_idx: int, outco
                 module=slot.module, update=update,
             )  # fmt: skip
         except Exception as err:  # as in the sequential path, the hook's failure is its client's
-            outcome.failures.append(_failure(client.client_id, err))
+            uploads.failures.append(ClientFailure.from_error(client.client_id, err))
             continue
-        failure = trainer._rejection(update, 0.0)  # no time budget: stacked clients share their wall time
-        if failure is not None:
-            outcome.failures.append(failure)
-            continue
-        trainer._store[client.client_id] = ClientState(to_cpu(personal))
-        outcome.updates.append(update)
-        outcome.bytes_down += client.bytes_down
+        # no time budget (refused with stack_clients): the clients of a stack share their wall time
+        trainer._admit(update, ClientState(to_cpu(personal)), client.bytes_down, 0.0, uploads)

@@ -74,6 +74,20 @@ class ClientFailure(NamedTuple):
     kind: Literal["error", "non_finite", "straggler"]
     reason: str
 
+    @classmethod
+    def from_error(cls, client_id: str, err: Exception) -> ClientFailure:
+        """The failure of a client whose loading, training or hook raised ``err``."""
+        return cls(client_id, "error", f"{type(err).__name__}: {err}")
+
+
+@dataclass
+class RoundUploads:
+    """What a process's clients gave in one round: accepted uploads, failed clients, bytes sent to the accepted ones."""
+
+    updates: list[ClientUpdate] = field(default_factory=list)
+    failures: list[ClientFailure] = field(default_factory=list)
+    bytes_down: int = 0
+
 
 @dataclass
 class ServerState:

@@ -35,6 +35,7 @@ from fedhet.plugins.state import (
     ClientFailure,
     ClientState,
     ClientUpdate,
+    RoundUploads,
     ServerState,
     non_finite,
     num_bytes,
@@ -437,33 +438,43 @@ class FederatedTrainer:
         return update, state, bytes_down
 
     # ------------------------------------------------------------------ one round
+    def _fit_one_by_one(self, client_ids: list[str], round_idx: int) -> RoundUploads:
+        """Train this process's clients of a round one after the other in their architecture's module."""
+        uploads = RoundUploads()
+        for cid in client_ids:
+            started = time.perf_counter()
+            try:
+                update, state, down = self._fit_client(cid, round_idx)
+            except Exception as err:  # a failing client must not take the run down: it is left out and named
+                uploads.failures.append(ClientFailure.from_error(cid, err))
+                self._slot(cid).refresh()
+                continue
+            self._admit(update, state, down, time.perf_counter() - started, uploads)
+        return uploads
+
+    def _admit(
+        self, update: ClientUpdate, state: ClientState, bytes_down: int, seconds: float, uploads: RoundUploads
+    ) -> None:
+        """Keep a trained client's state and upload, or record why its upload is left out (:meth:`_rejection`)."""
+        failure = self._rejection(update, seconds)
+        if failure is not None:
+            uploads.failures.append(failure)
+            return
+        self._store[update.client_id] = state
+        uploads.updates.append(update)
+        uploads.bytes_down += bytes_down
+
     def _run_round(self, round_idx: int) -> dict[str, float]:
         fabric = self._fabric
         start = time.perf_counter()
         sampled = self.sampler.sample(self._client_ids, round_idx, self.rounds, self.seed)
         self._hooks("on_round_start", trainer=self, round_idx=round_idx, client_ids=sampled)
-        updates, failures, bytes_down = [], [], 0
-        one_by_one = sampled
+        owned = [cid for cid in sampled if self.owns(cid)]
         if self.stack_clients is not None:  # this process's clients train in stacks (fedhet.plugins.stacked)
-            updates, failures, bytes_down = fit_stacked(self, [cid for cid in sampled if self.owns(cid)], round_idx)
-            one_by_one = []
-        for cid in one_by_one:
-            if not self.owns(cid):
-                continue
-            started = time.perf_counter()
-            try:
-                update, state, down = self._fit_client(cid, round_idx)
-            except Exception as err:  # a failing client must not take the run down: it is left out and named
-                failures.append(ClientFailure(cid, "error", f"{type(err).__name__}: {err}"))
-                self._slot(cid).refresh()
-                continue
-            failure = self._rejection(update, time.perf_counter() - started)
-            if failure is not None:
-                failures.append(failure)
-                continue
-            self._store[cid] = state
-            updates.append(update)
-            bytes_down += down
+            uploads = fit_stacked(self, owned, round_idx)
+        else:
+            uploads = self._fit_one_by_one(owned, round_idx)
+        updates, failures, bytes_down = uploads.updates, uploads.failures, uploads.bytes_down
         spans = {"time/train_s": time.perf_counter() - start}
         mark = time.perf_counter()
         gathered = gather_objects(fabric, (updates, failures, bytes_down, spans["time/train_s"]))
