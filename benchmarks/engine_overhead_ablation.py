@@ -38,6 +38,7 @@ import logging
 import statistics
 import warnings
 from collections.abc import Callable, Iterator
+from unittest.mock import patch
 
 import torch
 
@@ -46,24 +47,13 @@ import fedhet.plugins.trainer as trainer
 from _common import environment, write_table
 from engine_overhead import make_client_tensors, make_federation, run_fedhet, run_reference
 
-
-@contextlib.contextmanager
-def _replaced(owner: object, name: str, value: object) -> Iterator[None]:
-    original = getattr(owner, name)
-    setattr(owner, name, value)
-    try:
-        yield
-    finally:
-        setattr(owner, name, original)
-
-
 VARIANTS: dict[str, Callable[[], contextlib.AbstractContextManager]] = {
     "fedhet": contextlib.nullcontext,
-    "without upload copy": lambda: _replaced(trainer, "to_cpu", dict),
-    "without float64 aggregation": lambda: _replaced(aggregators.WeightedMean, "update", lambda self, upload: None),
-    "without non-finite check": lambda: _replaced(trainer, "non_finite", lambda *payloads: []),
-    "without seed derivation": lambda: _replaced(trainer, "derive_seed", lambda seed, *keys: seed),
-    "without RNG save/restore": lambda: _replaced(trainer, "seeded", lambda *a, **k: contextlib.nullcontext()),
+    "without upload copy": lambda: patch.object(trainer, "to_cpu", dict),
+    "without float64 aggregation": lambda: patch.object(aggregators.WeightedMean, "update", lambda self, upload: None),
+    "without non-finite check": lambda: patch.object(trainer, "non_finite", lambda *payloads: []),
+    "without seed derivation": lambda: patch.object(trainer, "derive_seed", lambda seed, *keys: seed),
+    "without RNG save/restore": lambda: patch.object(trainer, "seeded", lambda *a, **k: contextlib.nullcontext()),
 }
 
 

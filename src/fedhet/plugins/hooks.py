@@ -36,19 +36,20 @@ class CallbackHooks:
 
     def __call__(self, hook: str, **kwargs: Any) -> None:
         """Run ``hook`` on each callback that has it, passing the ``kwargs`` its signature takes."""
-        if hook not in self._targets:
-            self._targets[hook] = self._resolve(hook)
-        for method, names in self._targets[hook]:
+        for method, names in self._targets_of(hook):
             method(**(kwargs if names is None else {name: kwargs[name] for name in names if name in kwargs}))
 
     def defines(self, hook: str) -> bool:
         """Whether some callback has a callable ``hook``."""
+        return bool(self._targets_of(hook))
+
+    def _targets_of(self, hook: str) -> list[_Target]:
+        """The callable ``hook`` methods and the keyword names each takes (``None``: all, it has ``**kwargs``)."""
         if hook not in self._targets:
             self._targets[hook] = self._resolve(hook)
-        return bool(self._targets[hook])
+        return self._targets[hook]
 
     def _resolve(self, hook: str) -> list[_Target]:
-        """The callable ``hook`` methods and the keyword names each takes (``None``: all, it has ``**kwargs``)."""
         targets: list[_Target] = []
         for callback in self.callbacks:
             method = getattr(callback, hook, None)
