@@ -474,15 +474,17 @@ class FederatedTrainer:
             uploads = fit_stacked(self, owned, round_idx)
         else:
             uploads = self._fit_one_by_one(owned, round_idx)
-        updates, failures, bytes_down = uploads.updates, uploads.failures, uploads.bytes_down
-        spans = {"time/train_s": time.perf_counter() - start}
+        train_s = time.perf_counter() - start
         mark = time.perf_counter()
-        gathered = gather_objects(fabric, (updates, failures, bytes_down, spans["time/train_s"]))
-        spans["time/gather_s"] = time.perf_counter() - mark  # with the wait for slower processes
-        spans["time/train_max_s"] = max(part[3] for part in gathered)  # the slowest process's training
-        updates = sorted((u for part in gathered for u in part[0]), key=lambda u: self._index[u.client_id])
-        failures = sorted((f for part in gathered for f in part[1]), key=lambda f: self._index[f.client_id])
-        bytes_down = sum(part[2] for part in gathered)
+        gathered = gather_objects(fabric, (uploads, train_s))
+        spans = {
+            "time/train_s": train_s,
+            "time/gather_s": time.perf_counter() - mark,  # with the wait for slower processes
+            "time/train_max_s": max(seconds for _, seconds in gathered),  # the slowest process's training
+        }
+        updates = sorted((u for part, _ in gathered for u in part.updates), key=lambda u: self._index[u.client_id])
+        failures = sorted((f for part, _ in gathered for f in part.failures), key=lambda f: self._index[f.client_id])
+        bytes_down = sum(part.bytes_down for part, _ in gathered)
         self._check_failures(round_idx, sampled, updates, failures)
 
         mark = time.perf_counter()
