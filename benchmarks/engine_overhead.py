@@ -9,13 +9,20 @@ What is compared:
     * **fedhet stacked**: the same ``fit`` with ``stack_clients=--stack`` (default 64): the clients of a round train
       in stacks of up to that many at once (``fedhet.plugins.stacked``, ``torch.func.vmap``), grouped by their number
       of steps (2, 3 or 4 here), with the same batches as the sequential path.
-    * **reference**: the least work any FedAvg must do, written in plain PyTorch in the same process. For each round
-      and each client: ``load_state_dict`` of the global weights into one ``nn.Module`` of the same architecture
-      (flatten, ``Linear(32, 64)``, ReLU, ``Linear(64, 10)``, with the same parameter names), a new
-      ``torch.optim.SGD`` with the same settings, one epoch of shuffled minibatches (``randperm`` and slicing) of the
-      same batch size, so exactly the ``ceil(n_i / batch_size)`` steps fedhet's training loader gives (its last batch
-      may be smaller), each a forward, cross-entropy, backward and step; then the client's weights are added,
-      weighted by its number of samples, into running sums that become the next global weights.
+    * **reference**: the least work any FedAvg must do, written in plain PyTorch in the same process as a strong
+      engineer would write it. One ``nn.Module`` of the same architecture (flatten, ``Linear(32, 64)``, ReLU,
+      ``Linear(64, 10)``, with the same parameter names) and one ``torch.optim.SGD`` serve every client (plain SGD
+      keeps no state, so reusing it changes nothing). For each round and each client: the global weights are copied
+      into the parameters in place (``Tensor.copy_``, no ``load_state_dict``), one epoch of shuffled minibatches
+      (``randperm`` and ``index_select``) of the same batch size, so exactly the ``ceil(n_i / batch_size)`` steps
+      fedhet's training loader gives (its last batch may be smaller), each a forward, cross-entropy, backward and
+      step; then the parameters are added in place, weighted by the client's number of samples, into running sums
+      that become the next global weights.
+    * **vmap reference** (the stacked side's reference): the same FedAvg in plain PyTorch with the clients trained
+      ``--stack`` at a time, as a strong engineer would vectorise it: clients with the same number of steps are
+      grouped in client order, each client's shuffled samples are laid out once in zero-padded ``(steps * batch)``
+      rows, and each step is one ``torch.func.vmap`` of ``functional_call`` over the group's stacked parameters
+      (masked mean loss per client, one backward of their sum, one SGD step on the stacked leaves).
 
     Both sides train on the very same tensors (the reference reads them back from the set-up datamodule). The
     shuffled orders differ (fedhet seeds each client's order per round), which changes the numbers but not the
@@ -37,11 +44,12 @@ How time is measured:
     costs (Fabric launch, the first-round client builds, the final evaluation) that do not scale with the number of
     rounds; round 0's time is shown beside the ratio, and the CSV also has the last round and the whole ``fit``.
 
-    The machine may be noisy (other jobs), so the sides are interleaved: each repeat runs the reference, fedhet and
-    fedhet stacked back to back, rotating which goes first, after a ``gc.collect()``. A run's time is the median of
-    its steady-state rounds; a repeat's ratio is fedhet's run time over the reference's; the headline is the median
-    of the repeats' ratios, with their range. The stacked side gets the same ratio, and a speed-up: the sequential
-    run's time over the stacked run's in the same repeat. The same ratios computed from process CPU time
+    The machine may be noisy (other jobs), so the sides are interleaved: each repeat runs the reference, fedhet, the
+    vmap reference and fedhet stacked back to back, rotating which goes first, after a ``gc.collect()``. A run's time
+    is the median of its steady-state rounds; a repeat's ratio is fedhet's run time over the reference's; the
+    headline is the median of the repeats' ratios, with their range. The stacked side gets the same ratio against the
+    vmap reference, and a speed-up: the sequential run's time over the stacked run's in the same repeat. The same
+    ratios computed from process CPU time
     (``time.process_time``, which other processes on the machine do not inflate) are given as a cross-check. Absolute
     times depend on the machine; the ratio is the number to track (target <= 1.10x).
     ``torch.set_num_threads(--threads)`` (default 1) keeps the numbers stable. Nothing is asserted.
@@ -71,11 +79,13 @@ import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.func import functional_call, vmap
 
 from _common import RESULTS_DIR, environment
 
@@ -145,17 +155,20 @@ def run_reference(
     """
     torch.manual_seed(seed)
     model = ReferenceNet()
-    global_state = {name: value.detach().clone() for name, value in model.state_dict().items()}
+    params = list(model.parameters())  # this network has no buffers: its parameters are its whole state
+    global_state = [p.detach().clone() for p in params]
+    optimizer = torch.optim.SGD(params, lr=LR)  # plain SGD keeps no state: one optimizer serves every client
     run = Run()
     for round_idx in range(rounds):
         if round_hook is not None:
             round_hook(round_idx)
         start, start_cpu = time.perf_counter(), time.process_time()
-        sums = {name: torch.zeros_like(value) for name, value in global_state.items()}
+        sums = [torch.zeros_like(value) for value in global_state]
         total, steps = 0, 0
         for x, y in clients:
-            model.load_state_dict(global_state)
-            optimizer = torch.optim.SGD(model.parameters(), lr=LR)
+            with torch.no_grad():
+                for param, value in zip(params, global_state, strict=True):
+                    param.copy_(value)
             n = len(y)
             order = torch.randperm(n)
             for begin in range(0, n, BATCH_SIZE):
@@ -165,14 +178,91 @@ def run_reference(
                 loss.backward()
                 optimizer.step()
                 steps += 1
-            for name, value in model.state_dict().items():
-                sums[name].add_(value, alpha=n)
+            with torch.no_grad():
+                for acc, param in zip(sums, params, strict=True):
+                    acc.add_(param, alpha=n)
             total += n
-        global_state = {name: value / total for name, value in sums.items()}
+        global_state = [value / total for value in sums]
         run.cpu_s.append(time.process_time() - start_cpu)
         run.wall_s.append(time.perf_counter() - start)
         run.steps = steps
     return run
+
+
+def _per_sample_losses(model: nn.Module, params: dict[str, Tensor], x: Tensor, y: Tensor) -> Tensor:
+    """One client's per-sample cross-entropy with its own parameters (vmapped over the clients)."""
+    return F.cross_entropy(functional_call(model, params, (x,)), y, reduction="none")
+
+
+def run_vmap_reference(clients: list[tuple[Tensor, Tensor]], rounds: int, seed: int, stack: int) -> Run:
+    """Bare FedAvg over ``clients`` with the clients trained ``stack`` at a time under ``torch.func.vmap``.
+
+    What a strong engineer would write for many small clients in plain PyTorch: clients that take the same number of
+    steps are grouped (in client order, up to ``stack`` per group, as fedhet's stacked path groups them), each
+    client's shuffled samples are laid out once as ``(steps, BATCH_SIZE)`` rows zero-padded at the end, and each step
+    is one ``vmap`` of ``functional_call`` over the group's stacked parameters, a masked mean loss per client, one
+    ``backward`` of their sum and one SGD step on the stacked leaves (plain SGD is element-wise, so this is one
+    optimizer per client). The trained stacks are summed into the next global weights, weighted by sample counts.
+    """
+    torch.manual_seed(seed)
+    model = ReferenceNet()
+    names = [name for name, _ in model.named_parameters()]
+    global_state = [p.detach().clone() for p in model.parameters()]
+    losses = vmap(partial(_per_sample_losses, model))
+    run = Run()
+    for _ in range(rounds):
+        start, start_cpu = time.perf_counter(), time.process_time()
+        sums = [torch.zeros_like(value) for value in global_state]
+        groups: dict[int, list[tuple[Tensor, Tensor]]] = {}
+        total, steps = 0, 0
+        for x, y in clients:
+            n = len(y)
+            num_steps = -(-n // BATCH_SIZE)
+            order = torch.randperm(n)
+            groups.setdefault(num_steps, []).append((x.index_select(0, order), y.index_select(0, order)))
+            if len(groups[num_steps]) == stack:
+                steps += _train_vmap_group(losses, names, global_state, groups.pop(num_steps), num_steps, sums)
+            total += n
+        for num_steps, group in groups.items():
+            steps += _train_vmap_group(losses, names, global_state, group, num_steps, sums)
+        global_state = [value / total for value in sums]
+        run.cpu_s.append(time.process_time() - start_cpu)
+        run.wall_s.append(time.perf_counter() - start)
+        run.steps = steps
+    return run
+
+
+def _train_vmap_group(
+    losses: Callable[..., Tensor],
+    names: list[str],
+    global_state: list[Tensor],
+    group: list[tuple[Tensor, Tensor]],
+    num_steps: int,
+    sums: list[Tensor],
+) -> int:
+    """Train one group of shuffled clients with ``num_steps`` steps each at once; add them into ``sums``."""
+    k, rows = len(group), num_steps * BATCH_SIZE
+    x = torch.zeros(k, rows, NUM_FEATURES)
+    y = torch.zeros(k, rows, dtype=torch.long)
+    mask = torch.zeros(k, rows)
+    counts = torch.tensor([len(yk) for _, yk in group], dtype=torch.float32)
+    for i, (xk, yk) in enumerate(group):
+        x[i, : len(yk)], y[i, : len(yk)], mask[i, : len(yk)] = xk, yk, 1.0
+    leaves = [value.expand(k, *value.shape).clone().requires_grad_(True) for value in global_state]
+    optimizer = torch.optim.SGD(leaves, lr=LR)
+    longest = int(counts.max())
+    for step in range(num_steps):  # the last step is as wide as the group's longest last batch
+        rows_of_step = slice(step * BATCH_SIZE, min((step + 1) * BATCH_SIZE, longest))
+        batch_mask = mask[:, rows_of_step]
+        per_sample = losses(dict(zip(names, leaves, strict=True)), x[:, rows_of_step], y[:, rows_of_step])
+        loss = ((per_sample * batch_mask).sum(1) / batch_mask.sum(1)).sum()
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+    with torch.no_grad():
+        for acc, leaf in zip(sums, leaves, strict=True):
+            acc.add_(torch.tensordot(counts, leaf, dims=1))
+    return k * num_steps
 
 
 # ------------------------------------------------------------------------------------------------------- fedhet side
@@ -238,6 +328,7 @@ class Result:
     reference: list[Run] = field(default_factory=list)
     fedhet: list[Run] = field(default_factory=list)
     stacked: list[Run] = field(default_factory=list)
+    vmap_reference: list[Run] = field(default_factory=list)
 
     def steady(self, runs: list[Run], clock: str = "wall") -> list[float]:
         """Per run: the median of its steady-state rounds ``1 .. R-2``."""
@@ -257,14 +348,17 @@ class Result:
     def _stacked_row(self, ref: float) -> dict[str, float]:
         if not self.stacked:
             return {}
-        ratios, speedups = self.ratios(side="stacked"), self.ratios(side="fedhet", over="stacked")
+        ratios, speedups = self.ratios(side="stacked", over="vmap_reference"), self.ratios(over="stacked")
         stacked = statistics.median(self.steady(self.stacked))
+        vmap_ref = statistics.median(self.steady(self.vmap_reference))
         return {
             "stacked_ratio": round(statistics.median(ratios), 3),
             "stacked_ratio_min": round(min(ratios), 3),
             "stacked_ratio_max": round(max(ratios), 3),
-            "stacked_cpu_ratio": round(statistics.median(self.ratios("cpu", side="stacked")), 3),
+            "stacked_cpu_ratio": round(statistics.median(self.ratios("cpu", side="stacked", over="vmap_reference")), 3),
+            "vmap_reference_round_s": round(vmap_ref, 5),
             "stacked_round_s": round(stacked, 5),
+            "stacked_over_loop_reference": round(statistics.median(self.ratios(side="stacked")), 3),
             "stacked_speedup": round(statistics.median(speedups), 2),
             "stacked_us_per_client": round(stacked / self.clients * 1e6, 1),
             "reference_us_per_client": round(ref / self.clients * 1e6, 1),
@@ -302,7 +396,7 @@ def measure(num_clients: int, rounds: int, repeats: int, only: str | None, seed:
     federation, clients = make_federation(make_client_tensors(num_clients, seed))
     check_same_model(federation)
     result = Result(num_clients, rounds)
-    sides = ["reference", "fedhet", "stacked"] if stack else ["reference", "fedhet"]
+    sides = ["reference", "fedhet", "vmap_reference", "stacked"] if stack else ["reference", "fedhet"]
     for repeat in range(repeats):
         for side in sides[repeat % len(sides) :] + sides[: repeat % len(sides)]:
             if only is not None and side != only:
@@ -310,6 +404,8 @@ def measure(num_clients: int, rounds: int, repeats: int, only: str | None, seed:
             gc.collect()
             if side == "reference":
                 result.reference.append(run_reference(clients, rounds, seed=repeat))
+            elif side == "vmap_reference":
+                result.vmap_reference.append(run_vmap_reference(clients, rounds, repeat, stack))
             else:
                 stack_clients = stack if side == "stacked" else None
                 getattr(result, side).append(run_fedhet(federation, rounds, stack_clients))
@@ -338,11 +434,13 @@ COLUMNS = {
     "fedhet_round0_s": "fedhet round 0 ms",
 }
 STACKED_COLUMNS = {
+    "vmap_reference_round_s": "vmap reference ms/round",
+    "stacked_round_s": "stacked ms/round",
     "stacked_ratio": "stacked ratio",
     "stacked_range": "stacked ratio range",
     "stacked_cpu_ratio": "stacked CPU-time ratio",
-    "stacked_round_s": "stacked ms/round",
     "stacked_speedup": "stacked speed-up",
+    "stacked_over_loop_reference": "stacked / loop reference",
 }
 
 
@@ -366,6 +464,8 @@ def display(row: dict[str, float | int | str]) -> dict[str, str]:
         cells["stacked_range"] = f"{row['stacked_ratio_min']:.2f}-{row['stacked_ratio_max']:.2f}x"
         cells["stacked_cpu_ratio"] = f"{row['stacked_cpu_ratio']:.2f}x"
         cells["stacked_round_s"] = f"{float(row['stacked_round_s']) * 1e3:.1f}"
+        cells["vmap_reference_round_s"] = f"{float(row['vmap_reference_round_s']) * 1e3:.1f}"
+        cells["stacked_over_loop_reference"] = f"{row['stacked_over_loop_reference']:.2f}x"
         cells["stacked_speedup"] = f"{row['stacked_speedup']:.1f}x"
     return cells
 
@@ -382,8 +482,10 @@ def write_results(rows: list[dict], env: dict[str, str], out_dir: Path) -> None:
         "Written by `benchmarks/engine_overhead.py` (its docstring explains the method). Target: ratio <= 1.10x.",
         "Ratio: median over repeats of (median fedhet steady-state round) / (median reference round); rounds 0 and",
         "R-1 (client set-up, evaluation) are not in it. Overhead: (fedhet - reference) time per round per client.",
-        "Stacked: the same fit with `stack_clients` (clients trained in stacks with torch.func); its speed-up is the",
-        "sequential fedhet time over the stacked time, per repeat, median over repeats.",
+        "Reference: one module and one SGD for all clients, weights copied in place (`Tensor.copy_`). Stacked: the",
+        "same fit with `stack_clients` (clients trained in stacks with torch.func); its ratio is against the vmap",
+        "reference (bare FedAvg with `torch.func.vmap` over groups of clients), its speed-up is the sequential fedhet",
+        "time over the stacked time, per repeat, median over repeats. The machine was shared with other jobs.",
         "",
         "| " + " | ".join(columns(rows).values()) + " |",
         "|" + "---|" * len(columns(rows)),
@@ -420,7 +522,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0, help="seed of the synthetic data")
     parser.add_argument("--stack", type=int, default=64, help="stack_clients of the stacked side (0: no such side)")
     parser.add_argument(
-        "--only", choices=["fedhet", "reference", "stacked"], default=None, help="run one side (for profiling)"
+        "--only",
+        choices=["fedhet", "reference", "stacked", "vmap_reference"],
+        default=None,
+        help="run one side (for profiling)",
     )
     parser.add_argument("--no-save", action="store_true", help="do not write benchmarks/results/")
     parser.add_argument("--output-dir", type=Path, default=RESULTS_DIR)
@@ -431,8 +536,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--rounds must be at least 3: round 0 and the last round are not timed")
     if args.repeats < 1 or args.threads < 1 or min(args.clients) < 1 or args.stack < 0:
         parser.error("--repeats, --threads and --clients must be positive, --stack at least 0")
-    if args.only == "stacked" and not args.stack:
-        parser.error("--only stacked needs --stack above 0")
+    if args.only in ("stacked", "vmap_reference") and not args.stack:
+        parser.error(f"--only {args.only} needs --stack above 0")
     return args
 
 
@@ -446,6 +551,7 @@ def main(argv: list[str] | None = None) -> None:
     run_fedhet(federation, 3)
     if args.stack:
         run_fedhet(federation, 3, args.stack)
+        run_vmap_reference(clients, 3, args.seed, args.stack)
     run_reference(clients, 3, args.seed)
 
     rows = []
