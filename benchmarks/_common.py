@@ -41,20 +41,53 @@ def quiet_trainer(
     return FederatedTrainer(**{**settings, **overrides})
 
 
+def current_commit() -> str:
+    """The short hash of ``HEAD``, ``-dirty`` appended when ``src/`` or the benchmark scripts have uncommitted changes.
+
+    ``unknown`` outside a git checkout. ``check_results.py`` compares it with the code's latest version.
+    """
+    root = Path(__file__).resolve().parent.parent
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True, timeout=10, cwd=root
+        ).stdout.strip()
+        changes = subprocess.run(
+            ["git", "status", "--porcelain", "--", "src", "benchmarks", ":!benchmarks/results"],
+            capture_output=True, text=True, check=True, timeout=30, cwd=root,
+        ).stdout.strip()  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return f"{commit}-dirty" if changes else commit
+
+
+def machine() -> str:
+    """The machine in words: CPU model, logical CPUs, memory, GPU (no host name)."""
+    cpu = platform.processor() or platform.machine()
+    memory = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal"):
+                memory = f", {int(line.split()[1]) / 2**20:.0f} GiB"
+                break
+    except OSError:
+        pass
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
+    return f"{cpu}, {os.cpu_count()} CPUs{memory}, {gpu}"
+
+
 def environment(seed: int | None = None) -> dict[str, str]:
     """Date, command, commit and machine of a benchmark run, for the footer of its results."""
     import lightning
 
-    try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True, timeout=10
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        commit = "unknown"
     env = {
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "command": " ".join(["python", *sys.argv]),
-        "commit": commit,
+        "commit": current_commit(),
+        "machine": machine(),
         "python": platform.python_version(),
         "torch": torch.__version__,
         "lightning": lightning.__version__,

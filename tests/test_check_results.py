@@ -1,0 +1,106 @@
+"""benchmarks/check_results.py: a results file is stale exactly when the code it measures changed since its commit."""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "check_results.py"
+pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("check_results", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+check_results = _load()
+
+
+def _git(root: Path, *args: str) -> str:
+    command = ["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid", "-c", "commit.gpgsign=false", *args]
+    return subprocess.run(command, cwd=root, check=True, capture_output=True, text=True).stdout.strip()
+
+
+def _commit(root: Path, files: dict[str, str], message: str) -> str:
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    _git(root, "add", "-A")
+    _git(root, "commit", "-q", "-m", message)
+    return _git(root, "rev-parse", "--short", "HEAD")
+
+
+def _results(commit: str, script: str = "scale") -> str:
+    return f"# table\n\n| a |\n|---|\n| 1 |\n\n- command: `python benchmarks/{script}.py --x 1`\n- commit: `{commit}`\n"
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    _git(tmp_path, "init", "-q")
+    _commit(
+        tmp_path,
+        {
+            "benchmarks/scale.py": "print(1)\n",
+            "benchmarks/_common.py": "\n",
+            "src/fedhet/plugins/trainer.py": "x = 1\n",
+            "docs/notes.md": "a\n",
+        },
+        "code",
+    )
+    return tmp_path
+
+
+def test_fresh_until_the_measured_code_changes(repo: Path) -> None:
+    measured = _git(repo, "rev-parse", "--short", "HEAD")
+    _commit(repo, {"benchmarks/results/scale.md": _results(measured)}, "results")
+    _commit(repo, {"docs/notes.md": "b\n"}, "docs only")  # not measured code: still fresh
+    verdict = check_results.check_file(repo, Path("benchmarks/results/scale.md"))
+    assert (verdict.script, verdict.status, verdict.changed) == ("scale", "fresh", ())
+
+    _commit(repo, {"src/fedhet/plugins/trainer.py": "x = 2\n"}, "engine change")
+    verdict = check_results.check_file(repo, Path("benchmarks/results/scale.md"))
+    assert (verdict.status, verdict.changed) == ("stale", ("src/fedhet/plugins/trainer.py",))
+
+
+def test_the_script_itself_is_measured_code(repo: Path) -> None:
+    measured = _git(repo, "rev-parse", "--short", "HEAD")
+    _commit(repo, {"benchmarks/results/scale.md": _results(measured), "benchmarks/scale.py": "print(2)\n"}, "both")
+    assert check_results.check_file(repo, Path("benchmarks/results/scale.md")).changed == ("benchmarks/scale.py",)
+
+
+def test_content_not_history_decides(repo: Path) -> None:
+    """A change and its revert leave the measured code as it was: the result is fresh again."""
+    measured = _git(repo, "rev-parse", "--short", "HEAD")
+    _commit(repo, {"benchmarks/results/scale.md": _results(measured), "src/fedhet/plugins/trainer.py": "x = 3\n"}, "c")
+    _commit(repo, {"src/fedhet/plugins/trainer.py": "x = 1\n"}, "revert")
+    assert check_results.check_file(repo, Path("benchmarks/results/scale.md")).status == "fresh"
+
+
+@pytest.mark.parametrize(
+    ("text", "status"),
+    [
+        ("# no footer\n", "unknown"),
+        (_results("0123456789abcdef0123456789abcdef01234567"), "unknown"),  # a commit this repository does not hold
+        (_results("abc1234-dirty"), "dirty"),
+    ],
+)
+def test_unverifiable_results_are_flagged(repo: Path, text: str, status: str) -> None:
+    _commit(repo, {"benchmarks/results/scale.md": text}, "results")
+    assert check_results.check_file(repo, Path("benchmarks/results/scale.md")).status == status
+
+
+def test_narrower_measured_paths_for_engine_scripts() -> None:
+    paths = check_results.measured_paths("engine_overhead")
+    assert "benchmarks/engine_overhead.py" in paths
+    assert "src/fedhet/plugins" in paths
+    assert "src/fedhet" not in paths
+    assert check_results.measured_paths("fedpac_reproduce")[-1] == "src/fedhet"
