@@ -10,12 +10,19 @@ client's upload thus costs two memory copies of the uploads plus the transfer, i
 from __future__ import annotations
 
 import io
+import os
 import pickle
 from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
 from lightning.fabric import Fabric
+from lightning.fabric.plugins.environments import (
+    LSFEnvironment,
+    MPIEnvironment,
+    SLURMEnvironment,
+    TorchElasticEnvironment,
+)
 from torch import Tensor
 
 T = TypeVar("T")
@@ -28,6 +35,32 @@ _TENSOR_REF = "fedhet.tensor"
 def owner_rank(client_index: int, world_size: int) -> int:
     """The process that trains and keeps the state of the ``client_index``-th client (round-robin)."""
     return client_index % world_size
+
+
+def check_multi_node_launch(num_nodes: int) -> None:
+    """Refuse ``num_nodes > 1`` in a process that no multi-node launcher started, instead of waiting forever.
+
+    A run over several machines starts one command per machine through a launcher that tells each process its place:
+    torchrun (or ``fabric run``, which uses it), SLURM's ``srun``, LSF's ``jsrun``, MPI, or Lightning's own variables
+    (``NODE_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``) set by hand on each machine. Without one, the process would wait
+    for machines that never join.
+
+    Args:
+        num_nodes: the trainer's ``num_nodes``.
+
+    Raises:
+        ValueError: ``num_nodes > 1`` and none of those launchers is detected.
+
+    """
+    if num_nodes <= 1 or "NODE_RANK" in os.environ:
+        return
+    if any(env.detect() for env in (TorchElasticEnvironment, SLURMEnvironment, LSFEnvironment, MPIEnvironment)):
+        return
+    raise ValueError(
+        f"FederatedTrainer: field 'num_nodes' is {num_nodes}, but no multi-node launcher started this process; run"
+        " the same command on every machine through torchrun (--nnodes), srun (SLURM) or `fabric run`, or set"
+        " NODE_RANK, MASTER_ADDR and MASTER_PORT on each (see docs/multi-node.md)"
+    )
 
 
 def _aligned(num_bytes: int) -> int:

@@ -22,7 +22,7 @@ from torch import Tensor
 from fedhet.plugins.aggregators import Aggregator, WeightedMean
 from fedhet.plugins.checkpoint import load_checkpoint, save_checkpoint
 from fedhet.plugins.client_store import ClientStore
-from fedhet.plugins.distributed import gather_objects, owner_rank
+from fedhet.plugins.distributed import check_multi_node_launch, gather_objects, owner_rank
 from fedhet.plugins.hooks import CallbackHooks
 from fedhet.plugins.local_loop import evaluate_client, run_local_training
 from fedhet.plugins.privacy import UploadPrivacy
@@ -313,6 +313,7 @@ class FederatedTrainer:
             versions = resume_from["logger_versions"] if resume_from else []
             version = versions[0] if versions else None
             self.loggers = [CSVLogger(save_dir=self.default_root_dir, name="logs", version=version)]
+        check_multi_node_launch(int(self._fabric_kwargs["num_nodes"]))
         self._callbacks = self._callbacks_for(model)
         self._hooks = CallbackHooks(self._callbacks)
         self.fabric = Fabric(**self._fabric_kwargs, loggers=self.loggers, callbacks=self._callbacks)
