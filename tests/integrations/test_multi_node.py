@@ -27,7 +27,8 @@ def run_two_nodes(tmp_path: Path, model: str, rounds: int) -> list[dict]:
     root = tmp_path / "nodes"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
     rendezvous = ["--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d"]
-    rendezvous += ["--rdzv-endpoint", f"127.0.0.1:{free_port()}", "--rdzv-id", "fedhet-test", "--local-addr", "127.0.0.1"]
+    rendezvous += ["--rdzv-endpoint", f"127.0.0.1:{free_port()}", "--rdzv-id", "fedhet-test"]
+    rendezvous += ["--local-addr", "127.0.0.1"]
     fit = ["-m", "fedhet", "fit", "-c", str(config), "--trainer.num_nodes", "2", "--trainer.devices", "1"]
     fit += ["--trainer.default_root_dir", str(root)]
     cmd = [sys.executable, "-m", "torch.distributed.run", *rendezvous, *fit]
