@@ -96,7 +96,12 @@ def run_task(target: str, seed: int, args: argparse.Namespace, root: Path) -> di
         target=target,
         hidden_dims=[128, 64],
         encoder_checkpoint=str(checkpoint),
+        optimizer=args.optimizer,
         lr=args.lr,
+        coordinate_lr=args.coordinate_lr,
+        keep_optimizer_state=args.keep_optimizer_state,
+        atom_batches=args.atom_batches,
+        log_coordinates=True,
     )
     step2 = quiet_trainer(args.rounds, seed, root / "step2", log_per_client=True)
     data = digits(target, seed, args, include_target=True)
@@ -113,13 +118,32 @@ def run_task(target: str, seed: int, args: argparse.Namespace, root: Path) -> di
         "encoder_floats": sum(v.numel() for v in step1.server_state.shared.values()),
         "loss_first": step2.history[0]["train/loss_mean"],
         "loss_last": step2.history[-1]["train/loss_mean"],
+        "alpha": {cid: [metrics[f"test/alpha_{k}/{cid}"] for k in range(args.atoms)] for cid in data.client_ids},
     }
+
+
+def alpha_lines(runs: dict[str, list[dict[str, Any]]], atoms: int) -> list[str]:
+    """The coordinates diagnostic: each client's mean alpha, its L1 distance to uniform and to the sources."""
+    lines = [
+        "| target domain | client | alpha (mean over seeds) | L1 from uniform | L1 from the mean source alpha |",
+        "|---|---|---|---|---|",
+    ]
+    for target, results in runs.items():
+        for cid in results[0]["alpha"]:
+            alphas = torch.tensor([r["alpha"][cid] for r in results])  # (seeds, K)
+            sources = torch.tensor([[a for c, a in r["alpha"].items() if c != target] for r in results]).mean(1)
+            from_uniform = (alphas - 1 / atoms).abs().sum(1).mean()
+            from_sources = (alphas - sources).abs().sum(1).mean()
+            role = "target" if cid == target else "source"
+            shown = ", ".join(f"{a:.3f}" for a in alphas.mean(0).tolist())
+            lines.append(f"| {target} | {cid} ({role}) | ({shown}) | {from_uniform:.3f} | {from_sources:.3f} |")
+    return lines
 
 
 def toy(args: argparse.Namespace, root: Path, png: Path) -> dict[str, float]:
     """The DaDiL Gaussian-blobs toy (spec A) at full size; plots the atoms and the target's reconstruction."""
     data = RotatedBlobsDomains(seed=15)
-    model = FedDaDiL(num_atoms=3, atom_size=1024, batch_size=128, target="theta45", lr=0.1)
+    model = FedDaDiL(num_atoms=3, atom_size=1024, batch_size=128, target="theta45", optimizer="adam", lr=0.1)
     trainer = quiet_trainer(args.toy_rounds, 15, root / "toy", log_per_client=True)
     trainer.fit(model, data)
     metrics = trainer.test(model, data)
@@ -187,6 +211,15 @@ def server_cost(clients: list[int], atoms: list[int], n: int = 200, d: int = 64,
     return out
 
 
+def optimizer_text(args: argparse.Namespace) -> str:
+    """How step 2 descends, in words."""
+    if args.optimizer == "sgd":
+        alpha = args.lr if args.coordinate_lr is None else args.coordinate_lr
+        return f"projected gradient steps (paper Alg. 2), eta = {args.lr} on the atoms and {alpha} on alpha"
+    state = "moments kept across rounds" if args.keep_optimizer_state else "a fresh state every round"
+    return f"Adam lr {args.lr} ({state})"
+
+
 def mean_std(values: list[float]) -> tuple[float, float]:
     return statistics.mean(values), statistics.stdev(values) if len(values) > 1 else 0.0
 
@@ -201,7 +234,11 @@ def main() -> None:
     parser.add_argument("--atom-size", type=int, default=500)
     parser.add_argument("--batch-size", type=int, default=100)
     parser.add_argument("--atom-epochs", type=int, default=1)
+    parser.add_argument("--optimizer", choices=["sgd", "adam"], default="sgd")
     parser.add_argument("--lr", type=float, default=0.5)
+    parser.add_argument("--coordinate-lr", type=float, default=None)
+    parser.add_argument("--keep-optimizer-state", action="store_true")
+    parser.add_argument("--atom-batches", choices=["contiguous", "shuffled"], default="contiguous")
     parser.add_argument("--max-samples", type=int, default=2000)
     parser.add_argument("--toy-rounds", type=int, default=20)
     args = parser.parse_args()
@@ -255,7 +292,10 @@ def main() -> None:
         "",
         f"Command: `python benchmarks/feddadil_reproduce.py --seeds {args.seeds} --step1-rounds {args.step1_rounds}"
         f" --rounds {args.rounds} --atoms {args.atoms} --atom-size {args.atom_size} --batch-size {args.batch_size}"
-        f" --atom-epochs {args.atom_epochs} --lr {args.lr} --max-samples {args.max_samples}"
+        f" --atom-epochs {args.atom_epochs} --optimizer {args.optimizer} --lr {args.lr}"
+        + (f" --coordinate-lr {args.coordinate_lr}" if args.coordinate_lr is not None else "")
+        + (" --keep-optimizer-state" if args.keep_optimizer_state else "")
+        + f" --atom-batches {args.atom_batches} --max-samples {args.max_samples}"
         f" --toy-rounds {args.toy_rounds}` ({(time.perf_counter() - start) / 60:.1f} min on 2 shared CPU cores).",
         "",
         "Domains (one client each): MNIST-5k (a random 2,000 of its digits, 4-pixel margin cropped), UCI Multiple"
@@ -263,7 +303,8 @@ def main() -> None:
         " 25% as a held-out test split (the target's adaptation uses only its unlabelled training split). Step 1:"
         f" FedAvg on the two sources, {args.step1_rounds} rounds (the paper: 12 epochs), MLP encoder 256-128-64 +"
         f" linear head. Step 2: K = {args.atoms} atoms of n = {args.atom_size}, mini-batches n_b = {args.batch_size}"
-        f" (class-balanced for sources), Adam lr {args.lr}, exact EMD, adaptive beta, E = {args.atom_epochs},"
+        f" (class-balanced for sources), {args.atom_batches} atom mini-batches, {optimizer_text(args)}, exact EMD,"
+        f" adaptive beta, E = {args.atom_epochs},"
         f" {args.rounds} rounds, uniform atom averaging. Target test accuracy (%), mean ± std over {args.seeds} seeds"
         " (the seed draws the MNIST subset, the splits, the step-1 initialisation and all of step 2).",
         "",
@@ -305,6 +346,11 @@ def main() -> None:
         "",
         f"Dictionary loss (mean over clients) in round 1 vs round {args.rounds}, mean over runs:"
         f" {statistics.mean(a for a, _ in loss):.1f} -> {statistics.mean(b for _, b in loss):.1f}.",
+        "",
+        f"Barycentric coordinates after round {args.rounds} (read from the clients' `test/alpha_k` metrics, which"
+        " `log_coordinates=True` turns on for this diagnostic; uniform is 1/K each):",
+        "",
+        *alpha_lines(runs, args.atoms),
         "",
         "## Communication per round (paper Table 5 / Fig. 3a)",
         "",

@@ -146,3 +146,72 @@ def test_runs_under_a_plain_lightning_trainer():
     (results,) = trainer.test(module, dm, verbose=False)
     assert set(results) == {"test/acc", "test/acc_e", "test/acc_r"}
     assert results["test/acc_r"] > 0.5
+
+
+def built(**kwargs):
+    data = toy()
+    model = dadil(**{"num_atoms": 3, **kwargs})
+    model.setup_client(data.specs["theta0"])
+    model.configure_model()
+    return model
+
+
+def test_default_step_is_the_papers_projected_gradient_step():
+    """Alg. 2: alpha <- proj(alpha - eta grad). Constant gradient (28, 30, 30), 50 steps of eta = 0.002: the closed
+    form 1/3 - 50 eta (g - mean g) = (7/15, 4/15, 4/15) (see tests/functional/test_dictionary_steps.py)."""
+    model = built(lr=0.002)
+    optimizer = model.configure_optimizers()
+    assert isinstance(optimizer, torch.optim.SGD)
+    for _ in range(50):
+        optimizer.zero_grad(set_to_none=True)
+        model.coordinates.grad = torch.tensor([28.0, 30.0, 30.0])
+        optimizer.step()
+    torch.testing.assert_close(model.alpha().detach(), torch.tensor([7 / 15, 4 / 15, 4 / 15]))
+
+
+def test_atom_mini_batches_are_contiguous_and_class_balanced(tmp_path, monkeypatch):
+    import fedhet.modules.feddadil as module
+
+    calls = []
+
+    def spy(z, atoms_z, atoms_y, *args, **kwargs):
+        calls.append((atoms_z.detach().clone(), atoms_y.detach().clone()))
+        return module_loss(z, atoms_z, atoms_y, *args, **kwargs)
+
+    module_loss = module.dictionary_loss
+    monkeypatch.setattr(module, "dictionary_loss", spy)
+    model = dadil(num_atoms=2, atom_size=16, batch_size=8, lr=0.01)
+    fit(tmp_path, model, toy(), rounds=1)
+    initial, _ = module.init_dictionary(2, 16, D, C, torch.Generator().manual_seed(0))
+    assert len(calls) == 4 * 2  # 4 clients, ceil(16 / 8) batches each
+    torch.testing.assert_close(calls[0][0], initial[:, :8])  # the first client's first batch: indices 0..7
+    torch.testing.assert_close(calls[1][0], initial[:, 8:])  # then 8..15 (a step only moves the batch's rows)
+    for _, labels in calls:
+        for atom in labels.argmax(-1):  # (8,) classes of one atom's batch
+            assert atom.bincount(minlength=C).tolist() == [8 // C] * C
+
+
+def test_adam_state_is_kept_across_rounds_only_when_asked(tmp_path):
+    for keep in (False, True):
+        model = dadil(optimizer="adam", lr=0.05, keep_optimizer_state=keep)
+        trainer = fit(tmp_path / str(keep), model, toy(), rounds=2)
+        for state in trainer._store.values():
+            if not keep:
+                assert state.optimizer is None
+                continue
+            steps = [float(s["step"]) for s in state.optimizer["state"].values()]
+            assert len(steps) >= 2  # atom features and coordinates (the target's labels get no gradient)
+            assert set(steps) == {2 * math.ceil(N / 8)}  # two rounds of ceil(n / n_b) steps each
+
+
+def test_coordinates_leave_uniform_and_the_target_differs_from_the_sources(tmp_path):
+    model = dadil(atom_size=32, batch_size=16, lr=0.3, log_coordinates=True)
+    data = toy(samples_per_class=48)
+    trainer = fit(tmp_path, model, data, rounds=4, log_per_client=True)
+    test = trainer.test(model, data)
+    alphas = {cid: torch.tensor([test[f"test/alpha_{k}/{cid}"] for k in range(K)]) for cid in data.client_ids}
+    for cid, alpha in alphas.items():
+        assert on_simplex(alpha)
+        assert (alpha - 1 / K).abs().sum() > 0.05, cid  # moved away from uniform
+    source_mean = torch.stack([a for cid, a in alphas.items() if cid != TARGET]).mean(0)
+    assert (alphas[TARGET] - source_mean).abs().sum() > 0.05

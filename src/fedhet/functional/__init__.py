@@ -9,6 +9,7 @@ from fedhet.functional.centroids import (
     head_statistics,
 )
 from fedhet.functional.dictionary import (
+    atom_batches,
     class_balanced_indices,
     dictionary_loss,
     ensemble_probabilities,
@@ -79,6 +80,7 @@ __all__ = [
     "add_gaussian_noise",
     "add_noise_features",
     "aggregate_centroids",
+    "atom_batches",
     "balanced_accuracy",
     "binary_auprc",
     "binary_auroc",

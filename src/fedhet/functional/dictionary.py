@@ -47,6 +47,32 @@ def init_dictionary(
     return z, y.clone()
 
 
+def atom_batches(num_points: int, batch_size: int, device: torch.device | str | None = None) -> list[Tensor]:
+    r"""The paper's atom mini-batches: ``ceil(n / n_b)`` contiguous index ranges ``[b n_b, (b + 1) n_b)`` (Alg. 2).
+
+    Every atom is cut at the same indices, so the :math:`b`-th mini-batch of all atoms is one aligned slice; the last
+    one is shorter when ``n`` is not a multiple of ``n_b``. With the initial labels of :func:`init_dictionary` (class
+    of point ``i``: ``i mod c``) and ``n_b`` a multiple of ``c``, every batch holds ``n_b / c`` points of each class.
+
+    Args:
+        num_points: :math:`n`, points per atom.
+        batch_size: :math:`n_b`.
+        device: device of the index tensors.
+
+    Returns:
+        the index tensors, one per mini-batch, in order.
+
+    Example:
+        >>> [b.tolist() for b in atom_batches(5, 2)]
+        [[0, 1], [2, 3], [4]]
+
+    """
+    if num_points < 1 or batch_size < 1:
+        raise ValueError(f"atom_batches: num_points and batch_size must be positive, got {num_points}, {batch_size}")
+    indices = torch.arange(num_points, device=device)
+    return list(indices.split(batch_size))
+
+
 def class_balanced_indices(
     labels: Tensor, num_classes: int, per_class: int, generator: torch.Generator | None = None
 ) -> Tensor:

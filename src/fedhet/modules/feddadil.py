@@ -22,11 +22,12 @@ import torch
 import torch.nn.functional as F
 from lightning.pytorch import Callback
 from torch import Tensor, nn
-from torchmetrics import MetricCollection
+from torchmetrics import MeanMetric, Metric, MetricCollection
 from torchmetrics.classification import MulticlassAccuracy
 
 from fedhet.datamodules.spec import ClientSpec
 from fedhet.functional.dictionary import (
+    atom_batches,
     class_balanced_indices,
     dictionary_loss,
     ensemble_probabilities,
@@ -81,19 +82,27 @@ class FedDaDiL(FederatedModule):
     :math:`(Z_k, Y_k)` with :math:`Z` of shape ``(K, n, d)`` and soft labels :math:`Y` of shape ``(K, n, c)``, drawn
     from ``atom_seed`` so that every client starts from the same dictionary; the coordinates start at :math:`1/K`.
 
-    Local round: ``atom_epochs`` passes over the atoms in ``ceil(n / batch_size)`` mini-batches (one permutation of
-    the support indices per pass, shared by all atoms). Each step draws a client mini-batch — class-balanced,
-    ``batch_size // c`` per present class with replacement, for a source; ``batch_size`` uniform rows for the target —
-    computes the barycenter of the atom mini-batches with as many points, and descends the transport cost between
-    them (labelled for a source, features only for the target) in the atoms and :math:`\alpha`, plans held fixed. After
-    every step :math:`\alpha` and the label rows are projected onto their simplices (``parametrisation="projection"``)
-    or are kept as logits of a softmax (``"softmax"``). Uploads: the atom version only (``ATOM_NAMES``); ``shared`` is
-    empty, :math:`\alpha`, the encoder and the data stay personal.
+    Local round (paper Alg. 2): ``atom_epochs`` passes over the atoms in ``ceil(n / batch_size)`` mini-batches, the
+    paper's contiguous index ranges (:func:`~fedhet.functional.atom_batches`: with ``batch_size`` a multiple of the
+    number of classes every batch of the initial atoms is class-balanced); ``atom_batches="shuffled"`` draws one
+    permutation of the support indices per pass instead, shared by all atoms. Each step draws a client mini-batch —
+    class-balanced, ``batch_size // c`` per present class with replacement, for a source; ``batch_size`` uniform rows
+    for the target — computes the barycenter of the atom mini-batches with as many points, and descends the transport
+    cost between them (labelled for a source, features only for the target) in the atoms and :math:`\alpha`, plans
+    held fixed. The default step is the paper's plain gradient step (``optimizer="sgd"``) followed by the projection of
+    :math:`\alpha` and of the label rows onto their simplices (``parametrisation="projection"``), or the logits of a
+    softmax (``"softmax"``). Adam, as in the authors' centralised code, is an option; with a fresh state each round and
+    a gradient almost equal across atoms its sign-like first steps move every coordinate alike and the projection
+    undoes them, so ``keep_optimizer_state=True`` carries its moments over rounds. Uploads: the atom version only
+    (``ATOM_NAMES``); ``shared`` is empty, :math:`\alpha`, the encoder and the data stay personal.
 
     Evaluation of a client (any client; for the target this is the method's output): ``acc_e`` (DaDiL-E: one softmax
     regression per atom, mixed by :math:`\alpha`), ``acc_r`` (DaDiL-R: softmax regression on the labelled barycenter of
     the full atoms, :math:`n` points), ``acc`` (the one named by ``labelling``) and, with a step-1 head in the
-    checkpoint, ``acc_source_only`` (the step-1 FedAvg model unchanged: the no-adaptation baseline).
+    checkpoint, ``acc_source_only`` (the step-1 FedAvg model unchanged: the no-adaptation baseline). With
+    ``log_coordinates`` the client's coordinates are reported beside them as ``alpha_0`` ... ``alpha_{K-1}``: a
+    diagnostic of experiments (how far each :math:`\alpha` moved from uniform, how the target's differ from the
+    sources'), off by default because it puts the private coordinates in the metrics the server records.
 
     Args:
         num_atoms: :math:`K`.
@@ -104,8 +113,16 @@ class FedDaDiL(FederatedModule):
         hidden_dims: hidden widths of the step-1 MLP encoder (empty: features are the flattened inputs).
         encoder_checkpoint: step-1 model (see :func:`load_step1_state`); required when ``hidden_dims`` is not empty.
         labelling: ``"e"`` or ``"r"``, the labelling reported as ``acc``.
-        optimizer: ``"adam"`` or ``"sgd"`` (a fresh state every round).
-        lr: learning rate of atoms and coordinates.
+        optimizer: ``"sgd"`` (the paper's projected gradient steps) or ``"adam"``.
+        lr: :math:`\eta`, the step of the atoms (features and labels).
+        coordinate_lr: the step of the coordinates (``None``: ``lr``, the paper's single :math:`\eta`). The gradient
+            in :math:`\alpha` is of the order of the transport cost while the gradient in one atom point is of the
+            order of the cost over the mini-batch size, so under plain gradient steps feature spaces of large cost
+            need a much smaller step for :math:`\alpha` than for the atoms.
+        keep_optimizer_state: carry the optimizer's state (Adam's moments) from one round of a client to its next;
+            otherwise it starts fresh every round.
+        atom_batches: ``"contiguous"`` (the paper's index ranges) or ``"shuffled"`` (a new permutation every pass).
+        log_coordinates: report :math:`\alpha` among the evaluation metrics (see above).
         beta: weight of the label term of the ground cost; ``None`` adapts it to the largest feature cost.
         solver: ``"emd"`` (exact) or ``"sinkhorn"``.
         reg: Sinkhorn regularisation (relative to the largest cost).
@@ -131,8 +148,12 @@ class FedDaDiL(FederatedModule):
         hidden_dims: Sequence[int] = (),
         encoder_checkpoint: str | None = None,
         labelling: Literal["e", "r"] = "r",
-        optimizer: Literal["adam", "sgd"] = "adam",
+        optimizer: Literal["adam", "sgd"] = "sgd",
         lr: float = 0.1,
+        coordinate_lr: float | None = None,
+        keep_optimizer_state: bool = False,
+        atom_batches: Literal["contiguous", "shuffled"] = "contiguous",
+        log_coordinates: bool = False,
         beta: float | None = None,
         solver: Solver = "emd",
         reg: float = 0.05,
@@ -153,13 +174,17 @@ class FedDaDiL(FederatedModule):
             ("solver", solver, ("emd", "sinkhorn")),
             ("parametrisation", parametrisation, ("projection", "softmax")),
             ("aggregation", aggregation, ("avg", "weighted", "random")),
+            ("atom_batches", atom_batches, ("contiguous", "shuffled")),
         ):
             if value not in allowed:
                 raise ValueError(f"FedDaDiL: field '{name}' must be one of {allowed}, got {value!r}")
         if atom_epochs < 1 or barycenter_iters < 1:
             raise ValueError("FedDaDiL: fields 'atom_epochs' and 'barycenter_iters' must be at least 1")
-        if lr <= 0 or (beta is not None and beta < 0):
-            raise ValueError(f"FedDaDiL: field 'lr' must be positive and 'beta' non-negative, got {lr}, {beta}")
+        if lr <= 0 or (coordinate_lr is not None and coordinate_lr <= 0) or (beta is not None and beta < 0):
+            raise ValueError(
+                "FedDaDiL: fields 'lr' and 'coordinate_lr' must be positive and 'beta' non-negative,"
+                f" got {lr}, {coordinate_lr}, {beta}"
+            )
         if hidden_dims and encoder_checkpoint is None:
             raise ValueError("FedDaDiL: field 'hidden_dims' describes a step-1 encoder; give its 'encoder_checkpoint'")
         self.save_hyperparameters()
@@ -173,6 +198,10 @@ class FedDaDiL(FederatedModule):
         self.labelling = labelling
         self.optimizer_name = optimizer
         self.lr = lr
+        self.coordinate_lr = lr if coordinate_lr is None else coordinate_lr
+        self.keep_optimizer_state = keep_optimizer_state
+        self.atom_batching = atom_batches
+        self.log_coordinates = log_coordinates
         self.beta = beta
         self.solver = solver
         self.reg = reg
@@ -183,7 +212,7 @@ class FedDaDiL(FederatedModule):
         self.classifier_weight_decay = classifier_weight_decay
         self.aggregation = aggregation
         self._data: tuple[Tensor, Tensor] | None = None
-        self._order: Tensor | None = None
+        self._batches: list[Tensor] = []
         self._step = 0
         self._labellers: _Labellers | None = None
 
@@ -244,12 +273,15 @@ class FedDaDiL(FederatedModule):
         return [DictionaryAveraging(rule=self.aggregation)]
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
-        """Adam or SGD over atoms and coordinates; with projection, every step ends on the simplices."""
-        params = [self.atom_features, self.atom_labels, self.coordinates]
+        """SGD (the paper's step) or Adam on atoms and coordinates; with projection, steps end on the simplices."""
+        groups = [
+            {"params": [self.atom_features, self.atom_labels], "lr": self.lr},
+            {"params": [self.coordinates], "lr": self.coordinate_lr},
+        ]
         if self.optimizer_name == "adam":
-            optimizer: torch.optim.Optimizer = torch.optim.Adam(params, lr=self.lr)
+            optimizer: torch.optim.Optimizer = torch.optim.Adam(groups, lr=self.lr)
         else:
-            optimizer = torch.optim.SGD(params, lr=self.lr)
+            optimizer = torch.optim.SGD(groups, lr=self.lr)
         if self.parametrisation == "projection":
             optimizer.register_step_post_hook(lambda *_: self._project())
         return optimizer
@@ -286,12 +318,14 @@ class FedDaDiL(FederatedModule):
         if self._data is None:
             raise RuntimeError("FedDaDiL: training_step before on_train_start encoded the client's data")
         z_all, y_all = self._data
-        per_pass = math.ceil(self.atom_size / self.batch_size)
-        position = self._step % per_pass
+        position = self._step % math.ceil(self.atom_size / self.batch_size)
         if position == 0:
-            self._order = torch.randperm(self.atom_size, device=self.device)
+            self._batches = atom_batches(self.atom_size, self.batch_size, self.device)
+            if self.atom_batching == "shuffled":
+                order = torch.randperm(self.atom_size, device=self.device)
+                self._batches = [order[batch] for batch in self._batches]
         self._step += 1
-        atoms = self._order[position * self.batch_size : (position + 1) * self.batch_size]
+        atoms = self._batches[position]
         c = self.spec.num_classes
         if self.labelled:
             rows = class_balanced_indices(y_all, c, max(1, self.batch_size // c))
@@ -372,6 +406,9 @@ class FedDaDiL(FederatedModule):
         metrics["acc"].update(ensemble if self.labelling == "e" else reconstruction, y)
         if self.head is not None:
             metrics["acc_source_only"].update(self.head(z), y)
+        if self.log_coordinates:
+            for k, value in enumerate(self.alpha().detach()):
+                metrics[f"alpha_{k}"].update(value)
 
     def on_validation_start(self) -> None:
         """Under a plain Trainer: refit the labelling classifiers for the current dictionary."""
@@ -391,6 +428,9 @@ class FedDaDiL(FederatedModule):
         """The accuracies of ``stage`` (see the class docstring), never reduced across processes."""
         names = ["acc", "acc_e", "acc_r"] + (["acc_source_only"] if self.head is not None else [])
         local = {"sync_on_compute": False}
-        return MetricCollection(
-            {name: MulticlassAccuracy(self.spec.num_classes, average="micro", **local) for name in names}
-        )
+        metrics: dict[str, Metric] = {
+            name: MulticlassAccuracy(self.spec.num_classes, average="micro", **local) for name in names
+        }
+        if self.log_coordinates:
+            metrics.update({f"alpha_{k}": MeanMetric(**local) for k in range(self.num_atoms)})
+        return MetricCollection(metrics)
