@@ -8,7 +8,7 @@ import math
 import time
 from collections.abc import Hashable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import yaml
@@ -78,6 +78,10 @@ class FederatedTrainer:
         num_nodes: machines, for multi-node runs launched by ``fabric run``, torchrun or SLURM.
         precision: Fabric precision (``"32-true"``, ``"bf16-mixed"``...).
         seed: every random draw of the run (client initialisation, sampling, shuffling, dropout) derives from it.
+        personal_init: how clients' personal layers (heads, input layers...) start. ``"shared"`` (default, as the
+            papers and their reference code do with one random seed): one initialisation per client architecture, the
+            same draw that initialises the shared layers, so clients whose layers have the same names and shapes start
+            identical. ``"per_client"``: each client's personal layers drawn from its own seed (seed, client id).
         default_root_dir: where logs, the saved config and checkpoints go.
         logger: a Lightning/Fabric logger or a list of them; ``True`` for a CSV logger, ``False`` for none.
         callbacks: federation callbacks (merged with the module's ``configure_callbacks()``).
@@ -122,6 +126,7 @@ class FederatedTrainer:
         num_nodes: int = 1,
         precision: str | None = None,
         seed: int = 0,
+        personal_init: Literal["shared", "per_client"] = "shared",
         default_root_dir: str = "fedhet_runs",
         logger: Logger | Iterable[Logger] | bool = True,
         callbacks: list[Callback] | None = None,
@@ -164,6 +169,10 @@ class FederatedTrainer:
                 "FederatedTrainer: fields 'stack_clients' and 'client_time_budget_s' cannot both be set: the clients"
                 " of a stack train together, so no client's own time is measured"
             )
+        if personal_init not in ("shared", "per_client"):
+            raise ValueError(
+                f"FederatedTrainer: field 'personal_init' must be 'shared' or 'per_client', got {personal_init!r}"
+            )
         if privacy is not None and aggregator is not None:
             raise ValueError(
                 "FederatedTrainer: field 'aggregator' must be unset when 'privacy' is set: the private aggregate is a"
@@ -176,6 +185,7 @@ class FederatedTrainer:
         self.aggregator = aggregator
         self.eval_every = eval_every
         self.seed = seed
+        self.personal_init = personal_init
         self.default_root_dir = Path(default_root_dir)
         self.checkpoint_every = checkpoint_every
         self.enable_progress_bar = enable_progress_bar
@@ -389,12 +399,18 @@ class FederatedTrainer:
             slot = self._slots[signature] = ModuleSlot(self._build(client_id, derive_seed(self.seed, "server")))
         return slot
 
+    def _init_seed(self, client_id: str) -> int:
+        """The seed of ``client_id``'s initial personal layers: the architecture's shared draw, or the client's own."""
+        if self.personal_init == "shared":
+            return derive_seed(self.seed, "server")  # the draw that built the slot, so the initial model is one model
+        return derive_seed(self.seed, "init", client_id)
+
     def _load_client(self, client_id: str) -> tuple[ModuleSlot, int]:
         """The slot of ``client_id`` with its personal state and the server's payload loaded; bytes sent down."""
         slot = self._slot(client_id)
         slot.module.setup_client(self._specs[client_id])
-        if client_id not in self._store:  # first appearance: personal layers initialised from (seed, client)
-            fresh = self._build(client_id, derive_seed(self.seed, "init", client_id)) if slot.personal else None
+        if client_id not in self._store:  # first appearance: personal layers from the shared or the client's draw
+            fresh = self._build(client_id, self._init_seed(client_id)) if slot.personal else None
             personal = {name: fresh.state_dict()[name] for name in slot.personal} if fresh is not None else {}
             self._store[client_id] = ClientState(to_cpu(personal))
         payload = self.server_state.payload_for(client_id, slot.shared)
