@@ -14,16 +14,21 @@ from torchmetrics.classification import MulticlassAccuracy
 from fedhet.datamodules.spec import ClientSpec
 from fedhet.modules.base import FederatedModule
 from fedhet.modules.blocks import mlp
+from fedhet.modules.fedpac_nets import FEATURE_DIM, paper_body
 
 
 class FederatedClassifier(FederatedModule):
     """``head(body(x))`` trained with cross-entropy; the base of the baselines (which parts are shared differs).
 
-    ``body`` maps a sample to a feature vector and ``head`` is a linear layer to the federation's classes; override
-    :meth:`build_body` for another feature extractor. Metrics: accuracy over all evaluated samples and mean loss.
+    ``body`` maps a sample to a feature vector and ``head`` is a linear layer to the federation's classes; ``network``
+    picks an MLP or the CNN of FedPAC's experiments (Xu et al., ICLR 2023, appendix B.1; every method of that paper's
+    table uses it), and :meth:`build_body` can be overridden for another feature extractor. Metrics: accuracy over all
+    evaluated samples and mean loss.
 
     Args:
         hidden_dims: widths of the body's hidden layers (an MLP over the flattened input).
+        network: ``"mlp"`` (an MLP of ``hidden_dims``), ``"cnn"`` (the paper's CNN, required: ``(C, 28, 28)`` or
+            ``(C, 32, 32)`` inputs) or ``"auto"`` (the CNN for such images, else the MLP).
         dropout: dropout after each hidden layer.
         optimizer: ``"sgd"`` or ``"adam"``.
         lr: learning rate.
@@ -35,6 +40,7 @@ class FederatedClassifier(FederatedModule):
     def __init__(
         self,
         hidden_dims: Sequence[int] = (64,),
+        network: Literal["auto", "cnn", "mlp"] = "mlp",
         dropout: float = 0.0,
         optimizer: Literal["sgd", "adam"] = "sgd",
         lr: float = 0.05,
@@ -44,10 +50,13 @@ class FederatedClassifier(FederatedModule):
         super().__init__()
         if optimizer not in ("sgd", "adam"):
             raise ValueError(f"{type(self).__name__}: field 'optimizer' must be 'sgd' or 'adam', got {optimizer!r}")
+        if network not in ("auto", "cnn", "mlp"):
+            raise ValueError(f"{type(self).__name__}: field 'network' must be 'auto', 'cnn' or 'mlp', got {network!r}")
         if lr <= 0:
             raise ValueError(f"{type(self).__name__}: field 'lr' must be positive, got {lr}")
         self.save_hyperparameters()
         self.hidden_dims = tuple(hidden_dims)
+        self.network = network
         self.dropout = dropout
         self.optimizer_name = optimizer
         self.lr = lr
@@ -55,7 +64,16 @@ class FederatedClassifier(FederatedModule):
         self.weight_decay = weight_decay
 
     def build_body(self, spec: ClientSpec) -> tuple[nn.Module, int]:
-        """The feature extractor for this client and its output width."""
+        """The feature extractor for this client and its output width: the paper's CNN or an MLP, per ``network``."""
+        if self.network != "mlp":
+            body = paper_body(tuple(spec.input_shape))
+            if body is not None:
+                return body, FEATURE_DIM
+            if self.network == "cnn":
+                raise ValueError(
+                    f"{type(self).__name__}: client '{spec.client_id}' has input shape {tuple(spec.input_shape)};"
+                    " network='cnn' needs (C, 28, 28) or (C, 32, 32) images"
+                )
         return mlp(spec.input_dim, self.hidden_dims, self.dropout)
 
     def configure_model(self) -> None:

@@ -15,13 +15,10 @@ from typing import Any, Literal
 import torch
 import torch.nn.functional as F
 from lightning.pytorch import Callback
-from torch import Tensor, nn
+from torch import Tensor
 
-from fedhet.datamodules.spec import ClientSpec
 from fedhet.functional.centroids import class_feature_sums, feature_alignment_loss, head_statistics
 from fedhet.modules.baselines import FedRep
-from fedhet.modules.blocks import mlp
-from fedhet.modules.fedpac_nets import paper_body
 from fedhet.plugins.protocols import LocalPhase
 
 #: names of the statistics FedPAC uploads (besides the shared body) and receives
@@ -92,21 +89,19 @@ class FedPAC(FedRep):
             momentum=momentum,
             weight_decay=weight_decay,
             hidden_dims=hidden_dims,
+            network=network,
             **kwargs,
         )
         if lambda_align < 0:
             raise ValueError(f"FedPAC: field 'lambda_align' must be >= 0, got {lambda_align}")
         if head_lr <= 0:
             raise ValueError(f"FedPAC: field 'head_lr' must be positive, got {head_lr}")
-        if network not in ("auto", "cnn", "mlp"):
-            raise ValueError(f"FedPAC: field 'network' must be 'auto', 'cnn' or 'mlp', got {network!r}")
         if not 0 <= mix_threshold < 1:
             raise ValueError(f"FedPAC: field 'mix_threshold' must be in [0, 1), got {mix_threshold}")
         self.lambda_align = lambda_align
         self.feature_alignment = feature_alignment
         self.classifier_collaboration = classifier_collaboration
         self.head_lr = head_lr
-        self.network = network
         self.mix_threshold = mix_threshold
         """The client's training batches for the statistics passes; set by the callbacks under the engine."""
         self._phase: str | None = None
@@ -114,20 +109,6 @@ class FedPAC(FedRep):
         self._global_centroids: Tensor | None = None
         self._global_available: Tensor | None = None
         self._own_centroids: Tensor | None = None
-
-    # ---------------------------------------------------------------- layers
-    def build_body(self, spec: ClientSpec) -> tuple[nn.Module, int]:
-        """The paper's CNN for 28x28 / 32x32 images (``network`` ``"auto"``/``"cnn"``), else an MLP."""
-        if self.network != "mlp":
-            body = paper_body(tuple(spec.input_shape))
-            if body is not None:
-                return body, body[-2].out_features
-            if self.network == "cnn":
-                raise ValueError(
-                    f"FedPAC: client '{spec.client_id}' has input shape {tuple(spec.input_shape)}; network='cnn' needs"
-                    " (C, 28, 28) or (C, 32, 32) images"
-                )
-        return mlp(spec.input_dim, self.hidden_dims, self.dropout)
 
     def configure_callbacks(self) -> list[Callback]:
         """:class:`~fedhet.callbacks.CentroidSync` and/or :class:`~fedhet.callbacks.HeadMixing`, per the switches."""
