@@ -23,7 +23,12 @@ class InitialState(FederatedCallback):
 def fit_first_round(tmp_path, module, federation, **kwargs):
     rec = InitialState()
     trainer = FederatedTrainer(
-        rounds=1, accelerator="cpu", enable_progress_bar=False, default_root_dir=str(tmp_path), callbacks=[rec], **kwargs
+        rounds=1,
+        accelerator="cpu",
+        enable_progress_bar=False,
+        default_root_dir=str(tmp_path),
+        callbacks=[rec],
+        **kwargs,
     )
     trainer.fit(module, federation)
     return rec.state
