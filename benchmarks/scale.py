@@ -17,7 +17,11 @@ How it is measured:
     process's peak RSS over the whole run including the final evaluation of every client (``ru_maxrss``). Rounds per
     second come from the engine's own ``time/round_s`` of rounds ``1 .. R-2`` (round 0 creates the first clients'
     states, the last evaluates). ``engine`` is ``train peak - data - state in memory``: what the engine holds beyond
-    the data and the clients' personal states; it should not grow with the number of clients.
+    the data and the clients' personal states; it should not grow with the number of clients. RSS moves by whole
+    pages and with the memory the allocator keeps or returns, so that difference is only good to a few MB (it went
+    negative on earlier runs). ``engine heap`` is the same difference taken from the C heap's bytes in use (glibc's
+    ``mallinfo2``, read at the same moments; the peak is the largest reading), which holds every torch CPU tensor
+    and every Python object over 512 B exactly; Python's small objects (pymalloc arenas) are not in it.
 
     With ``--budget-mb``, the largest federation runs a second time with ``client_state_budget_mb`` set: states beyond
     the budget spill to disk, so the state held in memory stays under the budget whatever the number of clients.
@@ -35,6 +39,8 @@ Results go to ``benchmarks/results/scale.csv`` and ``.md``. Nothing is asserted.
 from __future__ import annotations
 
 import argparse
+import ctypes
+import ctypes.util
 import json
 import logging
 import resource
@@ -42,6 +48,7 @@ import subprocess
 import sys
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -62,7 +69,9 @@ COLUMNS = {
     "base_mb": "base RSS MB",
     "data_mb": "data MB",
     "train_peak_mb": "train peak RSS MB",
-    "engine_mb": "engine MB",
+    "engine_mb": "engine MB (RSS)",
+    "data_heap_mb": "data heap MB",
+    "engine_heap_mb": "engine heap MB",
     "peak_mb": "peak RSS MB (with eval)",
     "fit_s": "fit s",
 }
@@ -71,6 +80,38 @@ COLUMNS = {
 def rss_mb() -> float:
     """Resident set size of this process now, in MiB."""
     return int(Path("/proc/self/statm").read_text().split()[1]) * PAGE_MB
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks")
+    ] + [("keepcost", ctypes.c_size_t)]
+
+
+def _mallinfo2() -> Callable[[], _MallInfo2] | None:
+    """The C library's ``mallinfo2`` (glibc >= 2.33), or ``None`` where there is none."""
+    try:
+        function = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").mallinfo2
+    except (OSError, AttributeError):
+        return None
+    function.restype = _MallInfo2
+    return function
+
+
+_MALLINFO2 = _mallinfo2()
+
+
+def heap_mb() -> float:
+    """Bytes in use on the C heap (``malloc``: every torch CPU tensor, Python objects over 512 B), in MiB.
+
+    Exact to the byte and unaffected by pages the allocator keeps or returns, unlike RSS; ``nan`` without glibc's
+    ``mallinfo2``.
+    """
+    if _MALLINFO2 is None:
+        return float("nan")
+    info = _MALLINFO2()
+    return (info.uordblks + info.hblkhd) / 2**20
 
 
 def make_federation(num_clients: int, seed: int = 0):
@@ -99,15 +140,22 @@ class _RssProbe:
         self.peak_mb = 0.0
         self.state_mb = 0.0
         self.states = 0
+        self.heap_mb = 0.0
+        self.heap_state_mb = 0.0
 
     def on_aggregate_end(self, trainer) -> None:
-        rss = rss_mb()
+        rss, heap = rss_mb(), heap_mb()
+        store = trainer._store
         if rss >= self.peak_mb:
-            store = trainer._store
-            in_memory = [store._memory[cid] for cid in list(store._memory)]
-            tensors = [t for state in in_memory for t in state.personal.values()]
-            self.peak_mb, self.states = rss, len(store)
-            self.state_mb = sum(t.numel() * t.element_size() for t in tensors) / 2**20
+            self.peak_mb, self.states, self.state_mb = rss, len(store), self._state_mb(store)
+        if heap >= self.heap_mb:
+            self.heap_mb, self.heap_state_mb = heap, self._state_mb(store)
+
+    @staticmethod
+    def _state_mb(store) -> float:
+        in_memory = [store._memory[cid] for cid in list(store._memory)]
+        tensors = [t for state in in_memory for t in state.personal.values()]
+        return sum(t.numel() * t.element_size() for t in tensors) / 2**20
 
 
 def run_one(
@@ -123,9 +171,9 @@ def run_one(
     logging.getLogger("lightning").setLevel(logging.WARNING)
     warnings.filterwarnings("ignore")
     quiet_trainer(2, root=root / "warmup").fit(FedRep(hidden_dims=[HIDDEN]), make_federation(8))
-    base = rss_mb()
+    base, base_heap = rss_mb(), heap_mb()
     federation = make_federation(num_clients)
-    data = rss_mb() - base
+    data, data_heap = rss_mb() - base, heap_mb() - base_heap
     probe = _RssProbe()
     trainer = quiet_trainer(
         rounds,
@@ -155,6 +203,8 @@ def run_one(
         "data_mb": round(data, 1),
         "train_peak_mb": round(probe.peak_mb, 1),
         "engine_mb": round(probe.peak_mb - base - data - probe.state_mb, 1),
+        "data_heap_mb": round(data_heap, 2),
+        "engine_heap_mb": round(probe.heap_mb - base_heap - data_heap - probe.heap_state_mb, 2),
         "peak_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "fit_s": round(fit_s, 1),
         "val_acc_mean": round(trainer.history[-1].get("val/acc_mean", float("nan")), 4),
@@ -196,7 +246,10 @@ def main(argv: list[str] | None = None) -> None:
         notes = [
             f"Written by `benchmarks/scale.py` (its docstring explains the method). FedRep, {args.rounds} rounds,"
             f" {args.fraction:.0%} of the clients per round, rounds/s over rounds 1..R-2; each row a fresh process.",
-            "`engine` = train peak RSS - base - data - client state in memory.",
+            "`engine` = train peak RSS - base - data - client state in memory (RSS moves by whole pages and with what"
+            " the allocator keeps, so a few MB either way is noise). `engine heap` = the same from the C heap's bytes"
+            " in use (glibc `mallinfo2`: every torch tensor, Python objects over 512 B), exact to the byte.",
+            "The machine (2 cores) was shared with other jobs: rates are indicative, memory is not affected.",
         ]
         print(write_table("scale", "Scale: FedRep on many small clients", rows, COLUMNS, notes, environment()))
 
