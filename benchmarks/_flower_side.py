@@ -1,8 +1,10 @@
 """The Flower half of ``flower_compare.py``: run in a separate venv with ``flwr[simulation]``; never imports fedhet.
 
-Reads the task written by ``flower_compare.py`` (clients' training tensors, model widths, optimiser settings),
-runs FedAvg with Flower's simulation engine (Ray backend, one CPU per client actor), and writes the final global
-weights and the wall seconds of the simulation to ``--out``.
+Reads the task written by ``flower_compare.py`` (clients' training tensors, network, optimiser settings), runs FedAvg
+with Flower's simulation engine (Ray backend, one CPU per client actor), and writes the final global weights (by
+name), the seconds of ``ray.init`` and the seconds of ``run_simulation`` to ``--out``. Ray is started here before
+``run_simulation``, which reuses a running Ray, so that its start-up is timed on its own. Each client seeds torch from
+(task seed, round, partition) at the start of ``fit``, so shuffles do not depend on which actor runs the client.
 
 Usage (done by ``flower_compare.py``)::
 
@@ -14,6 +16,7 @@ from __future__ import annotations
 import argparse
 import time
 
+import ray
 import torch
 import torch.nn.functional as F
 from flwr.client import ClientApp, NumPyClient
@@ -23,14 +26,7 @@ from flwr.server.strategy import FedAvg
 from flwr.simulation import run_simulation
 from torch import nn
 
-
-def make_model(task: dict) -> nn.Module:
-    """The task's MLP, with the parameter names of fedhet's ``FedAvg(hidden_dims=[H])``."""
-    model = nn.Module()
-    model.body = nn.Sequential(nn.Flatten(), nn.Linear(task["num_features"], task["hidden"]), nn.ReLU())
-    model.head = nn.Linear(task["hidden"], task["num_classes"])
-    model.forward = lambda x: model.head(model.body(x))
-    return model
+from _flower_task import make_model
 
 
 def get_weights(model: nn.Module) -> list:
@@ -42,18 +38,30 @@ def set_weights(model: nn.Module, weights: list) -> None:
     model.load_state_dict({k: torch.from_numpy(w.copy()) for k, w in zip(keys, weights, strict=True)})
 
 
+def client_seed(seed: int, server_round: int, partition: int) -> int:
+    """The seed of one client's shuffles in one round."""
+    return (seed * 1_000_003 + server_round) * 1_000_003 + partition
+
+
 class Client(NumPyClient):
     """One client: the same local epochs of shuffled SGD minibatches as fedhet's FedAvg."""
 
     def __init__(self, task: dict, index: int) -> None:
         self.task = task
+        self.index = index
         self.x, self.y = task["clients"][index]
         self.model = make_model(task)
 
     def fit(self, parameters: list, config: dict) -> tuple[list, int, dict]:
         torch.set_num_threads(1)
+        torch.manual_seed(client_seed(self.task["seed"], int(config["server_round"]), self.index))
         set_weights(self.model, parameters)
-        optimizer = torch.optim.SGD(self.model.parameters(), lr=self.task["lr"])
+        optimizer = torch.optim.SGD(
+            self.model.parameters(),
+            lr=self.task["lr"],
+            momentum=self.task["momentum"],
+            weight_decay=self.task["weight_decay"],
+        )
         n, batch = len(self.y), self.task["batch_size"]
         for _ in range(self.task["local_epochs"]):
             order = torch.randperm(n)
@@ -75,11 +83,12 @@ def main() -> None:
     task = torch.load(args.task, weights_only=True)
     torch.manual_seed(task["seed"])
     num_clients = len(task["clients"])
+    names = list(make_model(task).state_dict())
     final: dict = {}
 
     def record_final(server_round: int, weights: list, config: dict) -> None:
         if server_round == task["rounds"]:
-            final["weights"] = [torch.from_numpy(w.copy()) for w in weights]
+            final["weights"] = {n: torch.from_numpy(w.copy()) for n, w in zip(names, weights, strict=True)}
 
     def server_fn(context: Context) -> ServerAppComponents:
         strategy = FedAvg(
@@ -89,12 +98,16 @@ def main() -> None:
             min_available_clients=num_clients,
             initial_parameters=ndarrays_to_parameters(get_weights(make_model(task))),
             evaluate_fn=record_final,
+            on_fit_config_fn=lambda server_round: {"server_round": server_round},
         )
         return ServerAppComponents(strategy=strategy, config=ServerConfig(num_rounds=task["rounds"]))
 
     def client_fn(context: Context):
         return Client(task, int(context.node_config["partition-id"])).to_client()
 
+    start = time.perf_counter()
+    ray.init(num_cpus=args.cpus, include_dashboard=False)
+    ray_start = time.perf_counter() - start
     start = time.perf_counter()
     run_simulation(
         server_app=ServerApp(server_fn=server_fn),
@@ -103,7 +116,7 @@ def main() -> None:
         backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0}, "init_args": {"num_cpus": args.cpus}},
     )
     seconds = time.perf_counter() - start
-    torch.save({"weights": final["weights"], "seconds": seconds}, args.out)
+    torch.save({"weights": final["weights"], "seconds": seconds, "ray_start_seconds": ray_start}, args.out)
 
 
 if __name__ == "__main__":

@@ -37,6 +37,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from _common import environment
 from engine_overhead import RESULTS_DIR, make_client_tensors, make_federation, make_model, make_trainer, run_reference
 
 
@@ -444,6 +445,8 @@ def main() -> None:
         " nest (see the labels), so they do not add up.",
         "",
         *report(median_profile(fedhet), median_profile(reference), client_rounds),
+        "",
+        *(f"- {key}: `{value}`" for key, value in environment(args.seed).items()),
         "",
     ]
     print("\n".join(lines))

@@ -1,32 +1,47 @@
-"""fedhet against Flower's simulation engine on the same FedAvg task: wall time, peak memory, final accuracy.
+"""fedhet against Flower's simulation engine on the same FedAvg tasks: wall time, peak memory, final accuracy.
 
-The task (the same on both sides):
-    scikit-learn digits shared over ``--clients`` clients with a Dirichlet(0.5) label skew (``DigitsFederation``,
-    seeded; 20% of each client held out for testing), an MLP ``Linear(64, 64)-ReLU-Linear(64, 10)``, FedAvg with
-    full participation for ``--rounds`` rounds, one local epoch of shuffled SGD minibatches (batch 32, lr 0.05),
-    aggregation weighted by the clients' numbers of training samples. Both sides read the very same training tensors
-    from one file; initial weights and shuffles are each side's own (seeded).
+The tasks (each the same on both sides; both sides read the very same training tensors from one file):
+    * ``cnn`` (the realistic workload): Fashion-MNIST shared as in FedPAC (Xu et al., ICLR 2023): 20 clients of 600
+      training and 600 test images, 20% drawn from all classes and 80% from the 3 dominant classes of the client's
+      group (``PartitionedFederation(partition="dominant")``), the paper's CNN (``_flower_task.cnn28_body``: two
+      conv-pool blocks, ``Linear(800, 128)``, a linear head), ``--cnn-epochs`` local epochs (5 by default, as in the
+      paper) of SGD (batch 50, lr 0.01, momentum 0.5, weight decay 5e-4) per round. Here the clients' computation
+      dominates a round, as in real experiments.
+    * ``tiny`` (framework overhead): scikit-learn digits over ``--clients`` clients (10 and 100 by default) with a
+      Dirichlet(0.5) label skew (20% of each client held out for testing), an MLP ``Linear(64, 64)-ReLU-Linear(64,
+      10)``, one local epoch of SGD (batch 32, lr 0.05). A client-round is about a millisecond of computation, so
+      this task measures what each framework spends per client and message, not training.
 
-The two sides:
+    Both: FedAvg with full participation for the task's rounds, aggregation weighted by the clients' numbers of
+    training samples; initial weights are each side's own (seeded). Every client's shuffles are seeded on both
+    sides: fedhet derives a seed per (seed, round, client); Flower's client seeds torch from (seed, round, partition)
+    at the start of each ``fit`` (the round comes in the fit config), so its actors' results do not depend on which
+    actor runs which client.
+
+The sides:
     * **Flower**: ``benchmarks/_flower_side.py`` in a separate venv that this script creates on first use
       (``python -m venv`` + ``pip install torch==<this torch> "flwr[simulation]"``), ``flwr.simulation.run_simulation``
       with the Ray backend, a ``NumPyClient`` per client, the ``FedAvg`` strategy, ``--cpus`` CPUs for client actors
-      (one CPU per actor, so that many clients train at once).
-    * **fedhet**: ``FederatedTrainer.fit(FedAvg(hidden_dims=[64]), FederatedDataModule.from_tensors(...))`` with no
-      logger, progress display or checkpoints, on 1 process and on ``--cpus`` processes (``devices``).
+      (one CPU per actor, so that ``--cpus`` clients train at once). Ray is started by ``ray.init`` before
+      ``run_simulation`` (which then reuses it), so its start-up is timed on its own.
+    * **fedhet**: ``FederatedTrainer.fit(FedAvg(...), FederatedDataModule.from_tensors(...))`` with no logger,
+      progress display or checkpoints, on 1 process and on ``--cpus`` processes (``devices``); the CNN task's FedAvg
+      builds the same CNN (``fedhet.modules.fedpac_nets.cnn28_body``).
 
 What is measured:
     Each side runs as its own process tree, started by this script. ``wall`` is the whole command (interpreter
-    start-up, imports, Ray or Fabric start, training); ``sim`` is the span around the training call alone
-    (``run_simulation`` or ``fit``) measured inside. Peak memory is the largest sum of the resident set sizes of the
-    whole process tree (the Ray workers included), sampled every 50 ms from ``/proc``. Accuracy: both sides write
-    their final global weights; this script evaluates them the same way, as mean client accuracy on the clients'
-    test splits. ``--seeds`` repeats everything; the table gives means. Nothing is asserted.
+    start-up, imports, Ray or Fabric start, training); ``Ray start`` is ``ray.init`` alone; ``training call`` is the
+    span around ``run_simulation`` or ``fit`` alone, measured inside (for Flower it still holds starting the client
+    actors). Peak memory is the largest sum of the resident set sizes of the whole process tree (the Ray workers
+    included), sampled every 50 ms from ``/proc``. Accuracy: both sides write their final global weights; this script
+    evaluates them the same way, as mean client accuracy on the clients' test splits. ``--seeds`` repeats
+    everything; the table gives means and, for the training call's ratio, the range over seeds. Nothing is asserted.
 
 Usage::
 
-    python benchmarks/flower_compare.py                       # 10 clients, 100 rounds, 3 seeds
-    python benchmarks/flower_compare.py --clients 50 --rounds 20 --seeds 1 --flower-venv ~/flower-venv
+    python benchmarks/flower_compare.py                                  # cnn (20 clients) and tiny (10, 100)
+    python benchmarks/flower_compare.py --workloads tiny --clients 10 --rounds 100 --seeds 3
+    python benchmarks/flower_compare.py --workloads cnn --cnn-rounds 3 --flower-venv ~/flower-venv
 
 Results go to ``benchmarks/results/flower_compare.csv`` and ``.md``.
 """
@@ -45,58 +60,84 @@ from pathlib import Path
 import torch
 
 HERE = Path(__file__).resolve().parent
-HIDDEN, LR, BATCH_SIZE, LOCAL_EPOCHS = 64, 0.05, 32, 1
+sys.path.insert(0, str(HERE))
+from _flower_task import mean_client_accuracy  # noqa: E402
 
 COLUMNS = {
+    "workload": "workload",
+    "clients": "clients",
+    "rounds": "rounds",
+    "local_epochs": "local epochs",
     "side": "run",
-    "wall_s": "wall s (whole command)",
+    "wall_s": "whole command s",
+    "ray_start_s": "Ray start s",
     "sim_s": "training call s",
+    "sim_ratio": "training call / fedhet 1 process",
+    "wall_ratio": "whole command / fedhet 1 process",
     "peak_mb": "peak RSS MB (process tree)",
     "acc": "mean client test acc",
-    "wall_ratio": "wall / fedhet 1 process",
 }
+TINY = {"network": "mlp", "hidden": 64, "lr": 0.05, "momentum": 0.0, "weight_decay": 0.0, "batch_size": 32}
+CNN = {"network": "cnn", "lr": 0.01, "momentum": 0.5, "weight_decay": 5e-4, "batch_size": 50}
 
 
 # ------------------------------------------------------------------------------------------------ the shared task
-def write_task(path: Path, num_clients: int, rounds: int, seed: int) -> dict[str, list]:
+def write_task(path: Path, workload: str, num_clients: int, rounds: int, epochs: int, seed: int) -> tuple[dict, list]:
     """Write the clients' training tensors and the settings; return the clients' test tensors (kept here)."""
-    from fedhet.datamodules import DigitsFederation
+    from fedhet.datamodules import DigitsFederation, PartitionedFederation
 
-    federation = DigitsFederation(num_clients=num_clients, alpha=0.5, val_fraction=0.0, test_fraction=0.2, seed=seed)
+    if workload == "cnn":
+        federation = PartitionedFederation(
+            data="fashion_mnist",
+            num_clients=num_clients,
+            partition="dominant",
+            partition_args={"samples_per_client": 1200, "uniform_fraction": 0.2},
+            val_fraction=0.0,
+            test_fraction=0.5,
+            seed=seed,
+        )
+        settings = CNN
+    else:
+        federation = DigitsFederation(
+            num_clients=num_clients, alpha=0.5, val_fraction=0.0, test_fraction=0.2, seed=seed
+        )
+        settings = TINY
     federation.setup("fit")
     clients = list(federation.clients.values())
     task = {
+        **settings,
         "clients": [(c.train_dataset.x.clone(), c.train_dataset.y.clone()) for c in clients],
-        "num_features": 64,
+        "num_features": clients[0].train_dataset.x[0].numel(),
         "num_classes": 10,
-        "hidden": HIDDEN,
-        "lr": LR,
-        "batch_size": BATCH_SIZE,
-        "local_epochs": LOCAL_EPOCHS,
+        "local_epochs": epochs,
         "rounds": rounds,
         "seed": seed,
     }
     torch.save(task, path)
-    return {"test": [(c.test_dataset.x, c.test_dataset.y) for c in clients]}
-
-
-def mean_client_accuracy(weights: list[torch.Tensor], test: list[tuple[torch.Tensor, torch.Tensor]]) -> float:
-    """Accuracy of the MLP with ``weights`` (``body.1.weight, body.1.bias, head.weight, head.bias``), client mean."""
-    w1, b1, w2, b2 = weights
-    accuracies = []
-    for x, y in test:
-        logits = torch.relu(x.flatten(1) @ w1.T + b1) @ w2.T + b2
-        accuracies.append((logits.argmax(1) == y).float().mean().item())
-    return sum(accuracies) / len(accuracies)
+    return task, [(c.test_dataset.x, c.test_dataset.y) for c in clients]
 
 
 # ------------------------------------------------------------------------------------------------ the fedhet side
+def fedavg_for(task: dict):
+    """The FedAvg of fedhet with the task's network and optimiser settings."""
+    from fedhet.modules import FedAvg
+    from fedhet.modules.fedpac_nets import FEATURE_DIM, cnn28_body
+
+    class CNNFedAvg(FedAvg):
+        """FedAvg with FedPAC's Fashion-MNIST CNN as its body."""
+
+        def build_body(self, spec):
+            return cnn28_body(spec.input_shape[0]), FEATURE_DIM
+
+    kind = CNNFedAvg if task["network"] == "cnn" else FedAvg
+    hidden = [task["hidden"]] if task["network"] == "mlp" else [64]
+    return kind(hidden_dims=hidden, lr=task["lr"], momentum=task["momentum"], weight_decay=task["weight_decay"])
+
+
 def run_fedhet_side(task_path: Path, out: Path, devices: int) -> None:
     """Fedhet's FedAvg on the task; writes the final global weights and the seconds of ``fit`` (rank 0)."""
-    sys.path.insert(0, str(HERE))
     from _common import quiet_trainer
     from fedhet.datamodules import FederatedDataModule
-    from fedhet.modules import FedAvg
 
     torch.set_num_threads(1)
     task = torch.load(task_path, weights_only=True)
@@ -104,15 +145,19 @@ def run_fedhet_side(task_path: Path, out: Path, devices: int) -> None:
     federation = FederatedDataModule.from_tensors(
         tensors, num_classes=task["num_classes"], batch_size=task["batch_size"], val_fraction=0.0, test_fraction=0.0
     )
-    trainer = quiet_trainer(task["rounds"], seed=task["seed"], root=out.parent / f"fedhet{devices}", devices=devices)
-    model = FedAvg(hidden_dims=[task["hidden"]], lr=task["lr"])
+    trainer = quiet_trainer(
+        task["rounds"],
+        seed=task["seed"],
+        root=out.parent / f"fedhet{devices}",
+        devices=devices,
+        local_epochs=task["local_epochs"],
+    )
+    model = fedavg_for(task)
     start = time.perf_counter()
     trainer.fit(model, federation)
     seconds = time.perf_counter() - start
     if trainer.is_global_zero:
-        shared = trainer.server_state.shared
-        names = ["body.1.weight", "body.1.bias", "head.weight", "head.bias"]
-        torch.save({"weights": [shared[n] for n in names], "seconds": seconds}, out)
+        torch.save({"weights": dict(trainer.server_state.shared), "seconds": seconds}, out)
 
 
 # ---------------------------------------------------------------------------------------------------- measuring
@@ -170,11 +215,71 @@ def flower_python(venv: Path) -> Path:
     return python
 
 
+def sides(args: argparse.Namespace, flower: Path) -> dict[str, object]:
+    """Each side's command, given the task file and the output file."""
+    fedhet = [sys.executable, __file__, "--role", "fedhet"]
+    return {
+        "fedhet, 1 process": lambda task, out: [*fedhet, "--task", task, "--out", out],
+        f"fedhet, {args.cpus} processes": lambda task, out: [
+            *[*fedhet, "--task", task, "--out", out, "--devices", str(args.cpus)]
+        ],
+        f"Flower, {args.cpus} CPUs": lambda task, out: [
+            *[str(flower), str(HERE / "_flower_side.py"), "--task", task, "--out", out, "--cpus", str(args.cpus)]
+        ],
+    }
+
+
+def measure(args: argparse.Namespace, flower: Path, workload: str, clients: int, rounds: int, epochs: int) -> list:
+    """The table's rows for one workload and size: every side, ``--seeds`` times."""
+    commands = sides(args, flower)
+    runs: dict[str, list[dict[str, float]]] = {side: [] for side in commands}
+    for seed in range(args.seeds):
+        with tempfile.TemporaryDirectory() as tmp:
+            task_path = Path(tmp) / "task.pt"
+            task, test = write_task(task_path, workload, clients, rounds, epochs, seed)
+            for side, command in commands.items():
+                out = Path(tmp) / f"{len(runs[side])}_{side.split()[0].strip(',')}.pt"
+                wall, peak = measured(command(str(task_path), str(out)))
+                result = torch.load(out, weights_only=True)
+                acc = mean_client_accuracy(task, result["weights"], test)
+                runs[side].append(
+                    {
+                        "wall_s": wall,
+                        "ray_start_s": result.get("ray_start_seconds", float("nan")),
+                        "sim_s": result["seconds"],
+                        "peak_mb": peak,
+                        "acc": acc,
+                    }
+                )
+                print(f"{workload} {clients} clients, seed {seed}, {side}: {runs[side][-1]}", flush=True)
+    base = runs["fedhet, 1 process"]
+    rows = []
+    for side, results in runs.items():
+        sim_ratios = [r["sim_s"] / b["sim_s"] for r, b in zip(results, base, strict=True)]
+        row = {"workload": workload if workload == "cnn" else "tiny (framework overhead)", "clients": clients}
+        row |= {"rounds": rounds, "local_epochs": epochs, "side": side}
+        for key in ("wall_s", "ray_start_s", "sim_s", "peak_mb", "acc"):
+            value = statistics.mean(r[key] for r in results)
+            row[key] = "" if value != value else round(value, 3 if key == "acc" else 1)  # NaN: not this side's
+        row["sim_ratio"] = f"{statistics.median(sim_ratios):.2f}x" + (
+            f" ({min(sim_ratios):.2f}-{max(sim_ratios):.2f})" if len(sim_ratios) > 1 else ""
+        )
+        row["wall_ratio"] = (
+            f"{statistics.mean(r['wall_s'] for r in results) / statistics.mean(b['wall_s'] for b in base):.2f}x"
+        )
+        rows.append(row)
+    return rows
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--clients", type=int, default=10)
-    parser.add_argument("--rounds", type=int, default=100)
-    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--workloads", nargs="+", choices=["cnn", "tiny"], default=["cnn", "tiny"])
+    parser.add_argument("--clients", type=int, nargs="+", default=[10, 100], help="clients of the tiny workload")
+    parser.add_argument("--rounds", type=int, default=30, help="rounds of the tiny workload")
+    parser.add_argument("--cnn-clients", type=int, default=20)
+    parser.add_argument("--cnn-rounds", type=int, default=5)
+    parser.add_argument("--cnn-epochs", type=int, default=5, help="local epochs of the CNN workload")
+    parser.add_argument("--seeds", type=int, default=1)
     parser.add_argument("--cpus", type=int, default=2, help="Ray CPUs for Flower, processes for fedhet's 2nd run")
     parser.add_argument("--flower-venv", type=Path, default=Path("fedhet_runs/benchmarks/flower-venv"))
     parser.add_argument("--no-save", action="store_true")
@@ -187,57 +292,26 @@ def main(argv: list[str] | None = None) -> None:
         run_fedhet_side(args.task, args.out, args.devices)
         return
 
-    flower = flower_python(args.flower_venv.resolve())
-    sides = {
-        "fedhet, 1 process": lambda task, out: [
-            sys.executable,
-            __file__,
-            "--role",
-            "fedhet",
-            "--task",
-            task,
-            "--out",
-            out,
-        ],
-        f"fedhet, {args.cpus} processes": lambda task, out: [
-            *[sys.executable, __file__, "--role", "fedhet", "--task", task, "--out", out],
-            *["--devices", str(args.cpus)],
-        ],
-        f"Flower {args.cpus} CPUs": lambda task, out: [
-            *[str(flower), str(HERE / "_flower_side.py"), "--task", task, "--out", out],
-            *["--cpus", str(args.cpus)],
-        ],
-    }
-    runs: dict[str, list[dict[str, float]]] = {side: [] for side in sides}
-    for seed in range(args.seeds):
-        with tempfile.TemporaryDirectory() as tmp:
-            task_path = Path(tmp) / "task.pt"
-            test = write_task(task_path, args.clients, args.rounds, seed)["test"]
-            for side, command in sides.items():
-                out = Path(tmp) / f"{len(runs[side])}_{side.split()[0].strip(',')}.pt"
-                wall, peak = measured(command(str(task_path), str(out)))
-                result = torch.load(out, weights_only=True)
-                acc = mean_client_accuracy(result["weights"], test)
-                runs[side].append({"wall_s": wall, "sim_s": result["seconds"], "peak_mb": peak, "acc": acc})
-                print(f"seed {seed} {side}: {runs[side][-1]}", flush=True)
-
-    reference = statistics.mean(r["wall_s"] for r in runs["fedhet, 1 process"])
+    flower = flower_python(args.flower_venv.absolute())
     rows = []
-    for side, results in runs.items():
-        row = {"side": side}
-        for key in ("wall_s", "sim_s", "peak_mb", "acc"):
-            row[key] = round(statistics.mean(r[key] for r in results), 3 if key == "acc" else 1)
-        row["wall_ratio"] = f"{statistics.mean(r['wall_s'] for r in results) / reference:.2f}x"
-        rows.append(row)
-    print(rows)
+    if "cnn" in args.workloads:
+        rows += measure(args, flower, "cnn", args.cnn_clients, args.cnn_rounds, args.cnn_epochs)
+    if "tiny" in args.workloads:
+        for clients in args.clients:
+            rows += measure(args, flower, "tiny", clients, args.rounds, 1)
+    for row in rows:
+        print(row)
     if not args.no_save:
-        sys.path.insert(0, str(HERE))
         from _common import environment, write_table
 
         notes = [
-            f"Written by `benchmarks/flower_compare.py` (its docstring explains the method): {args.clients} clients,"
-            f" {args.rounds} FedAvg rounds, full participation, 1 local epoch, mean over {args.seeds} seed(s).",
-            f"Flower {flower_version(flower)} with Ray; the same training tensors on every side.",
+            "Written by `benchmarks/flower_compare.py` (its docstring explains the method). FedAvg, full"
+            f" participation, means over {args.seeds} seed(s); the same training tensors on every side. `cnn`: the"
+            " FedPAC paper's Fashion-MNIST CNN and partition (realistic: computation dominates); `tiny`: a digits MLP"
+            " with ~1 ms of computation per client-round, so it measures framework overhead per client and message.",
+            f"Flower: {flower_version(flower)}; Ray is started before `run_simulation` and timed on its own (`Ray"
+            " start`), the training call still starts the client actors. The machine (2 cores) was shared with other"
+            " jobs: compare within a row group (the sides of one workload ran back to back).",
         ]
         print(write_table("flower_compare", "fedhet vs Flower simulation", rows, COLUMNS, notes, environment()))
 
