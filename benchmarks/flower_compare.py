@@ -26,7 +26,7 @@ The sides:
       ``run_simulation`` (which then reuses it), so its start-up is timed on its own.
     * **fedhet**: ``FederatedTrainer.fit(FedAvg(...), FederatedDataModule.from_tensors(...))`` with no logger,
       progress display or checkpoints, on 1 process and on ``--cpus`` processes (``devices``); the CNN task's FedAvg
-      builds the same CNN (``fedhet.modules.fedpac_nets.cnn28_body``).
+      is ``FedAvg(network="cnn")``, the same CNN (``fedhet.modules.fedpac_nets.cnn28_body``).
 
 What is measured:
     Each side runs as its own process tree, started by this script. ``wall`` is the whole command (interpreter
@@ -119,19 +119,17 @@ def write_task(path: Path, workload: str, num_clients: int, rounds: int, epochs:
 
 # ------------------------------------------------------------------------------------------------ the fedhet side
 def fedavg_for(task: dict):
-    """The FedAvg of fedhet with the task's network and optimiser settings."""
+    """The FedAvg of fedhet with the task's network (``network="cnn"``: FedPAC's CNN) and optimiser settings."""
     from fedhet.modules import FedAvg
-    from fedhet.modules.fedpac_nets import FEATURE_DIM, cnn28_body
 
-    class CNNFedAvg(FedAvg):
-        """FedAvg with FedPAC's Fashion-MNIST CNN as its body."""
-
-        def build_body(self, spec):
-            return cnn28_body(spec.input_shape[0]), FEATURE_DIM
-
-    kind = CNNFedAvg if task["network"] == "cnn" else FedAvg
     hidden = [task["hidden"]] if task["network"] == "mlp" else [64]
-    return kind(hidden_dims=hidden, lr=task["lr"], momentum=task["momentum"], weight_decay=task["weight_decay"])
+    return FedAvg(
+        hidden_dims=hidden,
+        network=task["network"],
+        lr=task["lr"],
+        momentum=task["momentum"],
+        weight_decay=task["weight_decay"],
+    )
 
 
 def run_fedhet_side(task_path: Path, out: Path, devices: int) -> None:
