@@ -77,6 +77,7 @@ METHODS = {
     "local": lambda **kw: LocalOnly(hidden_dims=[8], **kw),
     "fedper": lambda **kw: FedPer(hidden_dims=[8], **kw),
     "fedbabu": lambda **kw: FedBABU(hidden_dims=[8], **kw),
+    "fedprox": lambda **kw: FedProx(hidden_dims=[8], mu=0.5, **kw),  # its proximal term under vmap
 }
 
 
@@ -90,6 +91,14 @@ def test_stacked_equals_sequential(tmp_path, monkeypatch, method, optimizer):
     # each round, clients grouped by their steps per epoch (3: a c f, 2: b d h, 4: e g), short batches padded
     assert spy.sizes == [3, 3, 2] * ROUNDS
     assert spy.padded
+
+
+def test_stacked_fedprox_applies_its_proximal_term(tmp_path):
+    """The stacked FedProx is not FedAvg: the proximal term pulls each client towards the model it received."""
+    fedprox = fit(tmp_path / "prox", FedProx(hidden_dims=[8], mu=0.5, **SGD), stack_clients=3)
+    fedavg = fit(tmp_path / "avg", FedAvg(hidden_dims=[8], **SGD), stack_clients=3)
+    difference = max((fedprox.server_state.shared[k] - v).abs().max() for k, v in fedavg.server_state.shared.items())
+    assert difference > 1e-3
 
 
 def test_local_steps_cycle_the_loader_as_the_sequential_path_does(tmp_path, monkeypatch):
@@ -128,13 +137,23 @@ class KeepsOptimizerState(FedAvg):
     keep_optimizer_state = True
 
 
+class OwnStep(FedAvg):
+    """Overrides the local hooks that the stacked path does not call."""
+
+    def on_train_start(self):
+        pass
+
+    def training_step(self, batch, batch_idx):
+        return super().training_step(batch, batch_idx) * 2
+
+
 class Lbfgs(FedAvg):
     def configure_optimizers(self):
         return torch.optim.LBFGS(self.parameters())
 
 
 REFUSED = {
-    "fedprox": (lambda: FedProx(hidden_dims=[8]), "FedProx overrides training_step, on_train_start, which"),
+    "own-step": (OwnStep, "OwnStep overrides training_step, on_train_start, which"),
     "fedpac": (lambda: FedPAC(hidden_dims=[8]), "FedPAC overrides training_step"),
     "dropout": (DropoutFedAvg, r"its layer 'body.3' \(Dropout\) draws random numbers"),
     "optimizer-state": (KeepsOptimizerState, "it keeps optimizer state"),

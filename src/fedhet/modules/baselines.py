@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-import torch
 from torch import Tensor
 
 from fedhet.functional.proximal import proximal_penalty
@@ -129,17 +129,7 @@ class FedProx(FederatedClassifier):
         if mu < 0:
             raise ValueError(f"FedProx: field 'mu' must be >= 0, got {mu}")
         self.mu = mu
-        self._received: list[Tensor] = []
 
-    def on_train_start(self) -> None:
-        """Remember the received model, the proximal term's anchor."""
-        self._received = [param.detach().clone() for param in self.parameters()]
-
-    def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
-        """Cross-entropy plus the proximal term."""
-        x, y = batch
-        loss = torch.nn.functional.cross_entropy(self(x), y)
-        if self.mu > 0 and self._received:
-            loss = loss + self.mu * proximal_penalty(self.parameters(), self._received).to(loss.device)
-        self.log("train/loss", loss, prog_bar=True)
-        return loss
+    def local_penalty(self, params: Mapping[str, Tensor], received: Mapping[str, Tensor]) -> Tensor:
+        r""":math:`\mu \cdot \frac12 \|\theta - \theta^t\|^2` over every parameter (also under ``stack_clients``)."""
+        return self.mu * proximal_penalty(params.values(), [received[name] for name in params])

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Literal
 
 import torch
@@ -62,6 +62,7 @@ class FederatedClassifier(FederatedModule):
         self.lr = lr
         self.momentum = momentum
         self.weight_decay = weight_decay
+        self._received: dict[str, Tensor] | None = None  # the anchor of local_penalty, set by on_train_start
 
     def build_body(self, spec: ClientSpec) -> tuple[nn.Module, int]:
         """The feature extractor for this client and its output width: the paper's CNN or an MLP, per ``network``."""
@@ -96,11 +97,36 @@ class FederatedClassifier(FederatedModule):
         return self.head(self.body(x))
 
     def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
-        """Cross-entropy on one batch."""
+        """Cross-entropy on one batch, plus :meth:`local_penalty` for a method that defines one."""
         x, y = batch
         loss = F.cross_entropy(self(x), y)
+        if self._received is not None:
+            loss = loss + self.local_penalty(dict(self.named_parameters()), self._received).to(loss.device)
         self.log("train/loss", loss, prog_bar=True)
         return loss
+
+    def local_penalty(self, params: Mapping[str, Tensor], received: Mapping[str, Tensor]) -> Tensor:
+        """A term added to every local step's mean loss (e.g. FedProx's proximal term); none by default.
+
+        A pure function of the client's parameters and of those it received at the start of the round (both
+        ``name -> tensor`` over ``named_parameters()``), so that the stacked path (``stack_clients``) can compute it
+        for each client of a stack under ``torch.func.vmap`` as :meth:`training_step` does for one client.
+
+        Returns:
+            a scalar tensor.
+
+        """
+        raise NotImplementedError(f"{type(self).__name__} defines no local_penalty")
+
+    @property
+    def has_local_penalty(self) -> bool:
+        """Whether the method overrides :meth:`local_penalty`."""
+        return type(self).local_penalty is not FederatedClassifier.local_penalty
+
+    def on_train_start(self) -> None:
+        """Remember the parameters received for the round, the anchor of :meth:`local_penalty` (if defined)."""
+        received = self.has_local_penalty
+        self._received = {n: p.detach().clone() for n, p in self.named_parameters()} if received else None
 
     def sample_losses(self, batch: tuple[Tensor, Tensor]) -> Tensor:
         """Cross-entropy of each of the batch's ``B`` samples, shape ``(B,)``; ``training_step`` takes their mean.

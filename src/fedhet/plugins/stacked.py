@@ -3,7 +3,8 @@
 For small models the engine's time per client goes mostly to Python bookkeeping: loading the client into the module,
 an optimizer per client, a few small steps. With ``FederatedTrainer(stack_clients=N)`` the clients of a round that a
 process owns train in stacks of up to ``N``. Every tensor of their state is stacked into one ``(K, ...)`` leaf; each
-client's loss is the masked mean of the module's per-sample losses (``sample_losses``), computed by
+client's loss is the masked mean of the module's per-sample losses (``sample_losses``), plus its
+``local_penalty`` where the module has one (FedProx), computed by
 ``torch.func.functional_call`` of the module with that client's slices and vectorised over the clients by
 ``torch.func.vmap`` (PyTorch's ``torch.func``, after JAX's ``vmap``); one ``backward`` of the sum of the clients'
 losses gives each slice exactly its own client's gradient, and one optimizer of the module's own kind and settings
@@ -54,7 +55,9 @@ def stacking_refusal(module: LightningModule) -> str | None:
 
     A stackable module (its layers built) has a ``sample_losses`` method, and no subclass below the class that defines
     it overrides ``training_step``, ``on_train_start``, ``on_train_end``, ``client_statistics`` or
-    ``receive_statistics`` (the stacked path calls none of them, so their work would be lost); it uploads no
+    ``receive_statistics`` (the stacked path calls none of them, so their work would be lost; a term that
+    ``training_step`` adds to the mean loss belongs in ``local_penalty``, which the stacked path adds for each client,
+    e.g. FedProx's proximal term); it uploads no
     statistics, keeps no optimizer state between rounds, holds no layer that draws random numbers or normalises with
     batch statistics (dropout, BatchNorm: per-client results could not match), and its ``configure_optimizers()``
     gives one of :data:`ELEMENTWISE_OPTIMIZERS`.
@@ -148,6 +151,18 @@ def _client_loss(losses: _SampleLosses, state: dict[str, Tensor], batch: list[Te
     return torch.where(mask, per_sample, 0.0).sum() / mask.sum()
 
 
+def _penalised_client_loss(
+    losses: _SampleLosses,
+    state: dict[str, Tensor],
+    batch: list[Tensor],
+    mask: Tensor,
+    params: dict[str, Tensor],
+    received: dict[str, Tensor],
+) -> Tensor:
+    """:func:`_client_loss` plus the module's ``local_penalty`` of the client's parameters and received ones."""
+    return _client_loss(losses, state, batch, mask) + losses.module.local_penalty(params, received)
+
+
 def train_stack(
     module: LightningModule,
     states: Sequence[Mapping[str, Tensor]],
@@ -176,8 +191,12 @@ def train_stack(
     leaves = stack_states(states)
     optimizer = stacked_optimizer(configure_optimizer(module), module, leaves)
     named = {f"module.{name}": leaf for name, leaf in leaves.items()}  # the names under the _SampleLosses wrapper
-    client_losses = vmap(partial(_client_loss, _SampleLosses(module)))
     parameters = dict(module.named_parameters())
+    extra: tuple[dict[str, Tensor], ...] = ()
+    if getattr(module, "has_local_penalty", False):  # e.g. FedProx: each client's anchor is its state before training
+        received = {name: leaves[name].detach().clone() for name in parameters}
+        extra = ({name: leaves[name] for name in parameters}, received)
+    client_losses = vmap(partial(_penalised_client_loss if extra else _client_loss, _SampleLosses(module)))
     losses: list[Tensor] = []
     try:
         for index, phase in enumerate(phases):
@@ -186,7 +205,7 @@ def train_stack(
                 leaves[name].requires_grad_(param.requires_grad)
             for step in zip(*(client[index] for client in batches), strict=True):
                 tensors, mask = stack_padded(step)
-                loss = client_losses(named, tensors, mask)
+                loss = client_losses(named, tensors, mask, *extra)
                 loss.sum().backward()
                 optimizer.step()
                 optimizer.zero_grad(set_to_none=True)
