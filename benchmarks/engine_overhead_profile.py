@@ -171,33 +171,33 @@ def patched(targets: list[Target]) -> Any:
 
 
 # labels of the calls timed inside a parent; the report adds a "(self)" row: the parent less these
-FIT_CLIENT = "_fit_client"
-LOCAL = "_fit_client > run_local_training"
+FIT_CLIENT = "client"
+LOCAL = "client > run_local_training"
 CHILDREN: dict[str, list[str]] = {
     FIT_CLIENT: [
-        "_fit_client > _load_client",
-        "_fit_client > derive_seed",
-        "_fit_client > seeded (make)",
-        "_fit_client > seeded __enter__",
-        "_fit_client > seeded __exit__",
-        "_fit_client > datamodule.client(id)",
-        "_fit_client > train_dataloader()",
-        "_fit_client > local_phases()",
+        "client > load",
+        "client > derive_seed",
+        "client > seeded (make)",
+        "client > seeded __enter__",
+        "client > seeded __exit__",
+        "client > train_dataloader()",
+        "client > local_phases()",
         LOCAL,
         "= Module.state_dict",
-        "_fit_client > ModuleSlot.refresh(tensors)",
-        "_fit_client > to_cpu (x3)",
-        "_fit_client > client_statistics()",
-        "_fit_client > ClientUpdate()",
-        "_fit_client > ClientState()",
+        "client > ModuleSlot.refresh(tensors)",
+        "client > to_cpu (x3)",
+        "client > client_statistics()",
+        "client > ClientUpdate()",
+        "client > ClientState()",
+        "client > admit > non_finite",
         "CallbackHooks (x2 per client)",
     ],
-    "_fit_client > _load_client": [
-        "_load_client > _slot",
-        "_load_client > setup_client",
-        "_load_client > payload_for",
-        "_load_client > ModuleSlot.load",
-        "_load_client > num_bytes (x2)",
+    "client > load": [
+        "load > slot",
+        "load > setup_client",
+        "load > payload_for",
+        "load > ModuleSlot.load",
+        "load > num_bytes (x2)",
     ],
     LOCAL: [
         "local > configure_optimizer",
@@ -218,50 +218,54 @@ CHILDREN: dict[str, list[str]] = {
 
 def fedhet_targets() -> list[Target]:
     """What to time on the fedhet side: (owner, attribute, label, kind)."""
+    import fedhet.plugins.context as context
     import fedhet.plugins.local_loop as local_loop
+    import fedhet.plugins.policies as policies
     import fedhet.plugins.trainer as trainer
-    from fedhet.datamodules import ClientDataModule, FederatedDataModule
+    from fedhet.core import ClientState, ClientUpdate, ServerState
+    from fedhet.datamodules import ClientDataModule
     from fedhet.datamodules.tensor_dataset import TensorBatchLoader
     from fedhet.modules.base import FederatedModule
     from fedhet.modules.classifier import FederatedClassifier
     from fedhet.plugins.aggregators import WeightedMean
     from fedhet.plugins.hooks import CallbackHooks
+    from fedhet.plugins.runners import SequentialRunner
     from fedhet.plugins.sampling import FullParticipation
     from fedhet.plugins.slots import ModuleSlot
-    from fedhet.plugins.state import ClientState, ClientUpdate, ServerState
 
     ft = trainer.FederatedTrainer
+    cc = context.ClientContext
     return [
         # per round
         (FullParticipation, "sample", "_run_round > sampler.sample (per round)", "call"),
         (trainer, "gather_objects", "_run_round > gather_objects (per round)", "call"),
-        (ft, "_check_failures", "_run_round > _check_failures (per round)", "call"),
+        (policies.FailureBudget, "check", "_run_round > FailureBudget.check (per round)", "call"),
         (WeightedMean, "compute", "_run_round > WeightedMean.compute (per round)", "call"),
         (WeightedMean, "reset", "_run_round > WeightedMean.reset (per round)", "call"),
         # per client, in _run_round
         (ft, "owns", "_run_round > owns", "call"),
-        (ft, "_fit_client", FIT_CLIENT, "call"),
-        (trainer, "non_finite", "_run_round > non_finite", "call"),
+        (cc, "start", FIT_CLIENT, "call"),
+        (SequentialRunner, "submit", FIT_CLIENT, "call"),
+        (policies, "non_finite", "client > admit > non_finite", "call"),
         (WeightedMean, "update", "_run_round > WeightedMean.update", "call"),
-        # _fit_client
-        (ft, "_load_client", "_fit_client > _load_client", "call"),
-        (ft, "_slot", "_load_client > _slot", "call"),
-        (FederatedModule, "setup_client", "_load_client > setup_client", "call"),
-        (ServerState, "payload_for", "_load_client > payload_for", "call"),
-        (ModuleSlot, "load", "_load_client > ModuleSlot.load", "call"),
-        (trainer, "num_bytes", "_load_client > num_bytes (x2)", "call"),
-        (trainer, "move_data_to_device", "move_data_to_device (statistics, optimizer state)", "call"),
-        (trainer, "derive_seed", "_fit_client > derive_seed", "call"),
-        (trainer, "seeded", "_fit_client > seeded", "context"),
-        (FederatedDataModule, "client", "_fit_client > datamodule.client(id)", "call"),
-        (ClientDataModule, "train_dataloader", "_fit_client > train_dataloader()", "call"),
-        (FederatedModule, "local_phases", "_fit_client > local_phases()", "call"),
-        (trainer, "run_local_training", LOCAL, "call"),
-        (ModuleSlot, "refresh", "_fit_client > ModuleSlot.refresh(tensors)", "call"),
-        (trainer, "to_cpu", "_fit_client > to_cpu (x3)", "call"),
-        (FederatedModule, "client_statistics", "_fit_client > client_statistics()", "call"),
-        (ClientUpdate, "__init__", "_fit_client > ClientUpdate()", "call"),
-        (ClientState, "__init__", "_fit_client > ClientState()", "call"),
+        # one client: ClientContext.start, then SequentialRunner.submit (train, finish)
+        (cc, "load", "client > load", "call"),
+        (cc, "slot", "load > slot", "call"),
+        (FederatedModule, "setup_client", "load > setup_client", "call"),
+        (ServerState, "payload_for", "load > payload_for", "call"),
+        (ModuleSlot, "load", "load > ModuleSlot.load", "call"),
+        (context, "num_bytes", "load > num_bytes (x2)", "call"),
+        (context, "move_data_to_device", "move_data_to_device (statistics, optimizer state)", "call"),
+        (context, "derive_seed", "client > derive_seed", "call"),
+        (context, "seeded", "client > seeded", "context"),
+        (ClientDataModule, "train_dataloader", "client > train_dataloader()", "call"),
+        (FederatedModule, "local_phases", "client > local_phases()", "call"),
+        (context, "run_local_training", LOCAL, "call"),
+        (ModuleSlot, "refresh", "client > ModuleSlot.refresh(tensors)", "call"),
+        (context, "to_cpu", "client > to_cpu (x3)", "call"),
+        (FederatedModule, "client_statistics", "client > client_statistics()", "call"),
+        (ClientUpdate, "__init__", "client > ClientUpdate()", "call"),
+        (ClientState, "__init__", "client > ClientState()", "call"),
         (CallbackHooks, "__call__", "CallbackHooks (x2 per client)", "call"),
         # run_local_training
         (local_loop, "configure_optimizer", "local > configure_optimizer", "call"),

@@ -133,7 +133,7 @@ def run(name: str, seed: int, scale: dict[str, Any], args: argparse.Namespace, r
     model = methods(scale)[name]()
     trainer.fit(model, data)
     metrics = trainer.test(model, data)
-    mixing = next((cb for cb in trainer._callbacks if isinstance(cb, HeadMixing)), None)
+    mixing = next((cb for cb in trainer.callbacks if isinstance(cb, HeadMixing)), None)
     return 100 * metrics["test/acc_mean"], (mixing.weights, mixing.client_ids) if mixing is not None else None
 
 

@@ -36,11 +36,11 @@ import torch
 
 from _common import quiet_trainer
 from fedhet.callbacks import AnchorUpdate
+from fedhet.core import ClientUpdate
 from fedhet.datamodules import DigitsFamilyFederation, LinearMappingToy, NoisyFeaturesToy
 from fedhet.modules import FLIC, FedHeNN, HetFedRep, HetLocal
 from fedhet.modules.flic import ANCHOR_FACTORS, ANCHOR_MEANS
 from fedhet.plugins import UniformSampler
-from fedhet.plugins.state import ClientUpdate
 
 RESULTS = Path(__file__).parent / "results"
 METHODS = ["Local", "FedHeNN", "HetFedRep", "FLIC-Class", "FLIC-HL"]

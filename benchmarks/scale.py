@@ -145,7 +145,7 @@ class _RssProbe:
 
     def on_aggregate_end(self, trainer) -> None:
         rss, heap = rss_mb(), heap_mb()
-        store = trainer._store
+        store = trainer.store
         if rss >= self.peak_mb:
             self.peak_mb, self.states, self.state_mb = rss, len(store), self._state_mb(store)
         if heap >= self.heap_mb:
@@ -188,7 +188,7 @@ def run_one(
     fit_s = time.perf_counter() - start
     steady = [h["time/round_s"] for h in trainer.history[1:-1]]
     participants = [h["clients/participants"] for h in trainer.history[1:-1]]
-    store = trainer._store
+    store = trainer.store
     return {
         "clients": num_clients,
         "stack": "none" if stack is None else stack,

@@ -6,12 +6,12 @@ import pytest
 import torch
 
 from fedhet.callbacks import AnchorUpdate, KernelSync
+from fedhet.core import ClientUpdate, ServerState
 from fedhet.functional import gaussian_barycenter
 from fedhet.modules import FLIC
 from fedhet.modules.fedhenn import GLOBAL_KERNEL, KERNEL
 from fedhet.modules.flic import ANCHOR_COUNTS, ANCHOR_FACTORS, ANCHOR_MEANS, GLOBAL_FACTORS, GLOBAL_MEANS
 from fedhet.plugins import FederatedTrainer
-from fedhet.plugins.state import ClientUpdate, ServerState
 
 
 def upload(cid, means, samples=10, counts=None, factors=None):
@@ -123,6 +123,6 @@ def test_resumed_federation_matches_an_uninterrupted_one(tmp_path, tiny_federati
     resumed = trainer(tmp_path / "resumed", 3)
     resumed.fit(model(), tiny_federation, ckpt_path="last")
     assert torch.equal(resumed.server_state.statistics[GLOBAL_MEANS], straight.server_state.statistics[GLOBAL_MEANS])
-    callback = next(cb for cb in resumed._callbacks if isinstance(cb, AnchorUpdate))
+    callback = next(cb for cb in resumed.callbacks if isinstance(cb, AnchorUpdate))
     assert torch.equal(callback.means, straight.server_state.statistics[GLOBAL_MEANS])
     assert resumed.history[-1]["val/acc_mean"] == straight.history[-1]["val/acc_mean"]

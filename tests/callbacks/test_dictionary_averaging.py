@@ -4,11 +4,11 @@ import pytest
 import torch
 
 from fedhet.callbacks import DictionaryAveraging
+from fedhet.core import ClientUpdate, ServerState
 from fedhet.datamodules import RotatedBlobsDomains
 from fedhet.modules import FedDaDiL
 from fedhet.modules.feddadil import ATOM_NAMES, GLOBAL_NAMES
 from fedhet.plugins import FederatedTrainer
-from fedhet.plugins.state import ClientUpdate, ServerState
 
 
 class FakeTrainer:
@@ -107,7 +107,7 @@ def test_resumed_federation_matches_an_uninterrupted_one(tmp_path):
     resumed.fit(model(), data(), ckpt_path="last")
     for name in GLOBAL_NAMES:
         torch.testing.assert_close(straight.server_state.statistics[name], resumed.server_state.statistics[name])
-    for cid, state in straight._store.items():
-        torch.testing.assert_close(state.personal["coordinates"], resumed._store[cid].personal["coordinates"])
-    callback = next(cb for cb in resumed._callbacks if isinstance(cb, DictionaryAveraging))
+    for cid, state in straight.store.items():
+        torch.testing.assert_close(state.personal["coordinates"], resumed.store[cid].personal["coordinates"])
+    callback = next(cb for cb in resumed.callbacks if isinstance(cb, DictionaryAveraging))
     torch.testing.assert_close(callback.dictionary[ATOM_NAMES[0]], straight.server_state.statistics[GLOBAL_NAMES[0]])

@@ -5,11 +5,11 @@ import io
 import torch
 
 from fedhet.callbacks import CentroidSync, HeadMixing
+from fedhet.core import ClientUpdate, ServerState
 from fedhet.functional import combination_weights
 from fedhet.modules import FedPAC
 from fedhet.modules.fedpac import GLOBAL_CENTROIDS, GLOBAL_COUNTS
 from fedhet.plugins import FederatedTrainer
-from fedhet.plugins.state import ClientUpdate, ServerState
 
 
 def upload(cid, centroids, counts, h=None, v=None, weight=None, bias=None):
@@ -70,10 +70,10 @@ def test_mixed_head_is_what_the_client_evaluates_with(tmp_path, tiny_federation)
         rounds=2, accelerator="cpu", enable_progress_bar=False, logger=False, default_root_dir=str(tmp_path)
     )
     trainer.fit(FedPAC(hidden_dims=[8]), tiny_federation)
-    slot, _ = trainer._load_client("b")
+    slot, _ = trainer.context.load("b")
     assert torch.equal(slot.module.head.weight.detach(), trainer.server_state.per_client["b"]["head.weight"])
     assert torch.equal(slot.module._global_centroids, trainer.server_state.statistics[GLOBAL_CENTROIDS])
-    mixing = next(cb for cb in trainer._callbacks if isinstance(cb, HeadMixing))
+    mixing = next(cb for cb in trainer.callbacks if isinstance(cb, HeadMixing))
     assert mixing.weights.shape == (4, 4)
     assert torch.allclose(mixing.weights.sum(1), torch.ones(4))
 
@@ -91,5 +91,5 @@ def test_resume_gives_the_same_metrics(tmp_path, tiny_federation):
     last_full = {k: v for k, v in full.history[-1].items() if not k.startswith(drop)}
     last_resumed = {k: v for k, v in resumed.history[-1].items() if not k.startswith(drop)}
     assert last_resumed == last_full
-    mixing = next(cb for cb in resumed._callbacks if isinstance(cb, HeadMixing))
+    mixing = next(cb for cb in resumed.callbacks if isinstance(cb, HeadMixing))
     assert mixing.client_ids == ["a", "b", "c", "d"]

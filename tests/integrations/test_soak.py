@@ -69,7 +69,7 @@ def test_thousand_rounds_hundred_clients_flat_memory(tmp_path):
 
     assert len(trainer.history) == ROUNDS
     assert sum(m["clients/failed"] for m in trainer.history) == 0
-    assert len(trainer._store) == CLIENTS
+    assert len(trainer.store) == CLIENTS
     # the bound is tight enough to catch a leak of every upload after the warm-up
     fits_after_warm_up = sum(m["clients/participants"] for m in trainer.history[WARM_UP:])
     upload_mib = trainer.history[-1]["comm/bytes_up"] / trainer.history[-1]["clients/participants"] / 2**20

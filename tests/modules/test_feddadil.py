@@ -58,13 +58,13 @@ def test_uploads_are_the_atoms_only_and_coordinates_stay_private(tmp_path):
             assert update.statistics[ATOM_NAMES[0]].shape == (K, N, D)
             assert update.statistics[ATOM_NAMES[1]].shape == (K, N, C)
             assert update.num_bytes == atom_bytes
-            alpha = trainer._store[update.client_id].personal["coordinates"]
+            alpha = trainer.store[update.client_id].personal["coordinates"]
             assert not any(
                 t.numel() == alpha.numel() and torch.equal(t.flatten(), alpha) for t in update.statistics.values()
             )
         assert trainer.history[round_idx]["comm/bytes_up"] == 4 * atom_bytes
     assert trainer.history[1]["comm/bytes_down"] == 4 * atom_bytes  # the global dictionary, once per client
-    coordinates = {cid: state.personal["coordinates"] for cid, state in trainer._store.items()}
+    coordinates = {cid: state.personal["coordinates"] for cid, state in trainer.store.items()}
     for alpha in coordinates.values():
         assert on_simplex(alpha)
     assert len({tuple(a.tolist()) for a in coordinates.values()}) == 4  # each client fitted its own
@@ -102,9 +102,9 @@ def test_loss_decreases_and_the_target_is_labelled(tmp_path):
 def test_softmax_parametrisation_and_other_rules_run(tmp_path, rule):
     model = dadil(parametrisation="softmax", aggregation=rule, solver="sinkhorn")
     trainer = fit(tmp_path, model, toy())
-    callback = next(cb for cb in trainer._callbacks if isinstance(cb, DictionaryAveraging))
+    callback = next(cb for cb in trainer.callbacks if isinstance(cb, DictionaryAveraging))
     assert callback.rule == rule
-    for state in trainer._store.values():
+    for state in trainer.store.values():
         assert on_simplex(torch.softmax(state.personal["coordinates"], 0))
     assert math.isfinite(trainer.history[-1]["train/loss_mean"])
 
@@ -121,7 +121,7 @@ def test_step1_encoder_and_head_are_loaded_from_a_fedavg_checkpoint(tmp_path):
     for cid in ("theta0", "theta15", "theta30"):  # the step-1 model, unchanged, on the same test split
         assert after[f"test/acc_source_only/{cid}"] == pytest.approx(baseline[f"test/acc/{cid}"])
     body = {k: v for k, v in trainer.server_state.shared.items() if k.startswith("body.")}
-    personal = step2._store[TARGET].personal
+    personal = step2.store[TARGET].personal
     for name, value in body.items():
         torch.testing.assert_close(personal[name], value)  # the encoder stayed frozen
 

@@ -9,13 +9,13 @@ from lightning.fabric import Fabric
 from torch import nn
 
 from fedhet.callbacks import CentroidSync, FederatedCallback, HeadMixing
+from fedhet.core import LocalPhase
 from fedhet.datamodules import ClientSpec
 from fedhet.functional import class_feature_sums, head_statistics
 from fedhet.modules import FedPAC, FedPACNet
 from fedhet.modules.fedpac import CENTROIDS, COUNTS, GLOBAL_CENTROIDS, GLOBAL_COUNTS, HEAD_H, HEAD_V
 from fedhet.plugins import FederatedTrainer
 from fedhet.plugins.local_loop import run_local_training
-from fedhet.plugins.protocols import LocalPhase
 from tests.conftest import make_client, plain_trainer
 
 HEAD_STATS = {"fedpac/head.weight", "fedpac/head.bias"}

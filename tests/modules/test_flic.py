@@ -6,6 +6,7 @@ import torch.nn.functional as F
 from lightning.fabric import Fabric
 
 from fedhet.callbacks import AnchorUpdate, FederatedCallback, KernelSync
+from fedhet.core import LocalPhase
 from fedhet.datamodules import ClientDataModule, LinearMappingToy
 from fedhet.functional import class_moments, gaussian_w2_sq, kernel_penalty
 from fedhet.modules import FLIC, FedHeNN, HetFedRep, HetLocal
@@ -13,7 +14,6 @@ from fedhet.modules.fedhenn import GLOBAL_KERNEL, KERNEL
 from fedhet.modules.flic import ANCHOR_FACTORS, ANCHOR_MEANS, GLOBAL_MEANS
 from fedhet.plugins import FederatedTrainer
 from fedhet.plugins.local_loop import run_local_training
-from fedhet.plugins.protocols import LocalPhase
 from fedhet.plugins.sampling import UniformSampler
 from tests.conftest import make_client, plain_trainer
 
@@ -195,7 +195,7 @@ def test_personal_embeddings_stay_in_the_client_store(tmp_path, tiny_federation)
     spy = Uploads()
     trainer = quiet(tmp_path, callbacks=[spy])
     trainer.fit(FLIC(**SHORT, variant="hl"), tiny_federation)
-    personal = trainer._store["c"].personal
+    personal = trainer.store["c"].personal
     assert any(name.startswith("body.embed.") for name in personal)
     assert "head.weight" in personal
     uploaded = [t for u in spy.rounds[1] for t in [*u.shared.values(), *u.statistics.values()]]
@@ -260,9 +260,9 @@ def test_federation_on_a_seeded_linear_mapping_toy(tmp_path):
     assert metrics["test/acc_mean"] > 0.5  # 3 classes per client: chance is 1/3
     anchors = trainer.server_state.statistics[GLOBAL_MEANS]
     assert anchors.shape == (6, 8)
-    callback = next(cb for cb in trainer._callbacks if isinstance(cb, AnchorUpdate))
+    callback = next(cb for cb in trainer.callbacks if isinstance(cb, AnchorUpdate))
     assert torch.equal(callback.means, anchors)
-    assert all(bool(state.personal["pretrained"]) for state in trainer._store.values())
+    assert all(bool(state.personal["pretrained"]) for state in trainer.store.values())
 
 
 @pytest.mark.parametrize(

@@ -6,8 +6,8 @@ import pytest
 import torch
 from sklearn.metrics import average_precision_score, roc_auc_score
 
+from fedhet.core import ClientSpec
 from fedhet.datamodules import ClientDataModule
-from fedhet.datamodules.spec import ClientSpec
 from fedhet.functional import balanced_accuracy, binary_auprc, binary_auroc, one_vs_rest
 from fedhet.modules import GlobalLayers
 from fedhet.modules.global_layers import BatchAlignment, ClientMetric, aligned_batch_size

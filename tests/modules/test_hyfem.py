@@ -171,7 +171,7 @@ def test_runs_are_deterministic_and_resume_exactly(tmp_path, hybrid):
         fed = HybridFederation("synthetic", TABLE, data_args=SMALL, batch_size=16, seed=0)
         t = trainer(root, rounds=rounds, checkpoint_every=every)
         t.fit(module, fed, ckpt_path=ckpt)
-        (matching,) = [cb for cb in t._callbacks if isinstance(cb, ModelMatching)]
+        (matching,) = [cb for cb in t.callbacks if isinstance(cb, ModelMatching)]
         return t, matching
 
     full, m_full = run(tmp_path / "full", 4)

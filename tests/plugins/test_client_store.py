@@ -1,10 +1,10 @@
 import pytest
 import torch
 
+from fedhet.core import ClientState
 from fedhet.modules import FedRep
 from fedhet.plugins import FederatedTrainer
 from fedhet.plugins.client_store import ClientStore, state_bytes
-from fedhet.plugins.state import ClientState
 from tests.plugins.test_trainer import _comparable
 
 
@@ -96,8 +96,8 @@ def test_spilling_run_equals_in_memory_run_and_resumes(tmp_path, tiny_federation
     spilling = trainer(tmp_path / "disk", 3, 0.0)  # every state but the one in use goes to disk
     spilling.fit(FedRep(hidden_dims=[8]), tiny_federation)
     assert _comparable(spilling.history) == _comparable(reference.history)
-    assert spilling._store.num_spilled == 3
-    assert reference._store.num_spilled == 0
+    assert spilling.store.num_spilled == 3
+    assert reference.store.num_spilled == 0
     assert len(list((tmp_path / "disk" / "client_state" / "rank0").iterdir())) == 3
 
     first = trainer(tmp_path / "resumed", 2, 0.0)

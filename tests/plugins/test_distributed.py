@@ -8,8 +8,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from fedhet.core import ClientFailure, ClientUpdate
 from fedhet.plugins.distributed import gather_objects, owner_rank, pack_object, unpack_object
-from fedhet.plugins.state import ClientFailure, ClientUpdate
 
 
 def upload(client_id: str, seed: int) -> ClientUpdate:

@@ -60,7 +60,7 @@ class RoundClock(FederatedCallback):
 
     def on_aggregate_end(self, trainer, round_idx, server_state):
         self.server[round_idx] = {k: v.clone() for k, v in server_state.shared.items()}
-        self.personal[round_idx] = {cid: dict(s.personal) for cid, s in trainer._store.items()}
+        self.personal[round_idx] = {cid: dict(s.personal) for cid, s in trainer.store.items()}
 
 
 class FailingLoaderClient(ClientDataModule):

@@ -42,9 +42,9 @@ def assert_same_federation(sequential, stacked):
     """Every shared and personal tensor and every round's mean training loss agree to 1e-5 relative."""
     close = {"rtol": 1e-5, "atol": 1e-7}
     torch.testing.assert_close(stacked.server_state.shared, sequential.server_state.shared, **close)
-    assert set(stacked._store) == set(sequential._store)
-    for cid in sequential._store:
-        torch.testing.assert_close(stacked._store[cid].personal, sequential._store[cid].personal, **close)
+    assert set(stacked.store) == set(sequential.store)
+    for cid in sequential.store:
+        torch.testing.assert_close(stacked.store[cid].personal, sequential.store[cid].personal, **close)
     for mine, theirs in zip(stacked.history, sequential.history, strict=True):
         assert mine["train/loss_mean"] == pytest.approx(theirs["train/loss_mean"], rel=1e-5)
         assert mine["clients/participants"] == theirs["clients/participants"]

@@ -96,7 +96,7 @@ def test_local_only_sends_nothing_and_keeps_personal_models(tmp_path, tiny_feder
     trainer.fit(LocalOnly(hidden_dims=[8]), tiny_federation)
     assert all(u.shared == {} for u in rec.updates[1])
     assert trainer.history[-1]["comm/bytes_up"] == 0
-    heads = [trainer._store[c].personal["head.weight"] for c in "abcd"]
+    heads = [trainer.store[c].personal["head.weight"] for c in "abcd"]
     assert not torch.equal(heads[0], heads[1])
 
 
@@ -109,7 +109,7 @@ def test_fedrep_shares_only_the_body_and_trains_the_head_first(tmp_path, tiny_fe
             assert u.shared
             assert all(k.startswith("body.") for k in u.shared)
     assert set(trainer.server_state.shared) == {"body.1.weight", "body.1.bias"}
-    assert set(trainer._store["a"].personal) == {"head.weight", "head.bias"}
+    assert set(trainer.store["a"].personal) == {"head.weight", "head.bias"}
     # the server keeps what it had for names nobody uploaded and FedRep never uploads a head
     assert not any(k.startswith("head") for k in trainer.server_state.shared)
 
@@ -320,7 +320,7 @@ def test_fedper_shares_the_body_and_trains_body_and_head_together(tmp_path, tiny
     trainer = make_trainer(tmp_path, callbacks=[rec], rounds=2)
     trainer.fit(FedPer(hidden_dims=[8]), tiny_federation)
     assert all(set(u.shared) == {"body.1.weight", "body.1.bias"} for u in rec.updates[1])
-    assert set(trainer._store["a"].personal) == {"head.weight", "head.bias"}
+    assert set(trainer.store["a"].personal) == {"head.weight", "head.bias"}
     assert [u.metrics["steps"] for u in rec.updates[0]] == [3, 2, 3, 2]  # one epoch of batch 8, no separate head epoch
     assert not torch.equal(rec.before[1]["body.1.weight"], trainer.server_state.shared["body.1.weight"])
 

@@ -1,5 +1,6 @@
 """Federated data: one LightningDataModule per client, the federation that holds them, and bundled datasets."""
 
+from fedhet.core import ClientSpec
 from fedhet.datamodules.client import ClientDataModule
 from fedhet.datamodules.datasets import (
     CovertypeFederation,
@@ -13,7 +14,6 @@ from fedhet.datamodules.domains import DigitsDomains, DigitsTransformDomains, Ro
 from fedhet.datamodules.federated import FederatedDataModule
 from fedhet.datamodules.hybrid import HybridFederation
 from fedhet.datamodules.partitioned import PartitionedFederation
-from fedhet.datamodules.spec import ClientSpec
 from fedhet.datamodules.synthetic import LinearMappingToy, NoisyFeaturesToy
 from fedhet.datamodules.tensor_dataset import TensorBatchLoader, TensorPairDataset, collate_batched
 

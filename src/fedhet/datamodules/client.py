@@ -11,7 +11,7 @@ import torch
 from lightning.pytorch import LightningDataModule
 from torch import Tensor
 
-from fedhet.datamodules.spec import ClientSpec
+from fedhet.core import ClientSpec
 from fedhet.datamodules.tensor_dataset import TensorBatchLoader, TensorPairDataset
 from fedhet.datamodules.validation import check_feature_blocks, check_features, check_labels, field_error
 from fedhet.functional.partition import split_indices

@@ -9,8 +9,8 @@ from typing import Any, TypeVar
 from lightning.pytorch import LightningDataModule
 from torch import Tensor
 
+from fedhet.core import ClientSpec
 from fedhet.datamodules.client import ClientDataModule
-from fedhet.datamodules.spec import ClientSpec
 
 _Federation = TypeVar("_Federation", bound="FederatedDataModule")
 

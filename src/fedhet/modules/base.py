@@ -10,9 +10,8 @@ from lightning.pytorch import LightningModule
 from torch import Tensor
 from torchmetrics import MetricCollection
 
-from fedhet.datamodules.spec import ClientSpec
+from fedhet.core import ClientSpec, LocalPhase
 from fedhet.plugins.aggregators import Aggregator, WeightedMean
-from fedhet.plugins.protocols import LocalPhase
 
 
 class FederatedModule(LightningModule):

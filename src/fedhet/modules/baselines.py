@@ -7,9 +7,9 @@ from typing import Any
 
 from torch import Tensor
 
+from fedhet.core import LocalPhase
 from fedhet.functional.proximal import proximal_penalty
 from fedhet.modules.classifier import FederatedClassifier
-from fedhet.plugins.protocols import LocalPhase
 
 
 class LocalOnly(FederatedClassifier):

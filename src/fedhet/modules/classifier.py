@@ -11,7 +11,7 @@ from torch import Tensor, nn
 from torchmetrics import MeanMetric, MetricCollection
 from torchmetrics.classification import MulticlassAccuracy
 
-from fedhet.datamodules.spec import ClientSpec
+from fedhet.core import ClientSpec
 from fedhet.modules.base import FederatedModule
 from fedhet.modules.blocks import mlp
 from fedhet.modules.fedpac_nets import FEATURE_DIM, paper_body

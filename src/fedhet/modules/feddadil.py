@@ -25,7 +25,7 @@ from torch import Tensor, nn
 from torchmetrics import MeanMetric, Metric, MetricCollection
 from torchmetrics.classification import MulticlassAccuracy
 
-from fedhet.datamodules.spec import ClientSpec
+from fedhet.core import ClientSpec, LocalPhase
 from fedhet.functional.dictionary import (
     atom_batches,
     class_balanced_indices,
@@ -38,7 +38,6 @@ from fedhet.functional.head_mixing import project_simplex
 from fedhet.functional.wasserstein import Solver, wasserstein_barycenter
 from fedhet.modules.base import FederatedModule
 from fedhet.modules.blocks import mlp
-from fedhet.plugins.protocols import LocalPhase
 
 #: what a client uploads (its atom version) and what the server broadcasts (the global dictionary)
 ATOM_NAMES = ("dadil/atom_features", "dadil/atom_labels")

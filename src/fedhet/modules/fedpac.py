@@ -19,7 +19,7 @@ from torch import Tensor
 
 from fedhet.functional.centroids import class_feature_sums, feature_alignment_loss, head_statistics
 from fedhet.modules.baselines import FedRep
-from fedhet.plugins.protocols import LocalPhase
+from fedhet.core import LocalPhase
 
 #: names of the statistics FedPAC uploads (besides the shared body) and receives
 CENTROIDS = "fedpac/centroids"

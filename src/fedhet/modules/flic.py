@@ -20,12 +20,11 @@ import torch.nn.functional as F
 from lightning.pytorch import Callback
 from torch import Tensor, nn
 
-from fedhet.datamodules.spec import ClientSpec
+from fedhet.core import ClientSpec, LocalPhase
 from fedhet.datamodules.tensor_dataset import TensorBatchLoader, TensorPairDataset
 from fedhet.functional.gaussian import bures_sq, class_moments, gaussian_w2_sq, psd_sqrt
 from fedhet.modules.classifier import FederatedClassifier
 from fedhet.modules.flic_nets import Activation, cnn_embedding, mlp_embedding
-from fedhet.plugins.protocols import LocalPhase
 
 #: names of the statistics FLIC uploads (its copy of the anchors after local training) and receives
 ANCHOR_MEANS = "flic/anchor_means"

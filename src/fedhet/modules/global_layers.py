@@ -21,11 +21,10 @@ from torch import Tensor, nn
 from torchmetrics import MeanMetric, Metric, MetricCollection
 
 from fedhet.callbacks.base import FederatedCallback
-from fedhet.datamodules.spec import ClientSpec
+from fedhet.core import ClientSpec, LocalPhase
 from fedhet.functional.tabular_metrics import AbsentRule, balanced_accuracy, one_vs_rest
 from fedhet.modules.base import FederatedModule
 from fedhet.plugins.aggregators import Aggregator, WeightedMean
-from fedhet.plugins.protocols import LocalPhase
 
 BNMode = Literal["frozen_stats", "train"]
 LabelSpace = Literal["client", "federation"]

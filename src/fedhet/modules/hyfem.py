@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from lightning.pytorch import Callback
 from torch import Tensor, nn
 
-from fedhet.datamodules.spec import ClientSpec
+from fedhet.core import ClientSpec
 from fedhet.functional.matching import CostMode
 from fedhet.functional.proximal import proximal_penalty
 from fedhet.modules.blocks import mlp

@@ -8,8 +8,8 @@ from typing import Literal
 import torch
 from torch import Tensor
 
+from fedhet.core import ClientUpdate
 from fedhet.functional.aggregation import _weighted_mean_compute, _weighted_mean_update
-from fedhet.plugins.state import ClientUpdate
 
 
 class Aggregator(ABC):

@@ -12,7 +12,7 @@ import torch
 from lightning.fabric.utilities.apply_func import apply_to_collection
 from torch import Tensor
 
-from fedhet.plugins.state import ClientState
+from fedhet.core import ClientState
 
 
 def state_bytes(state: ClientState) -> int:

@@ -18,6 +18,7 @@ class CallbackHooks:
 
     Args:
         callbacks: the run's callbacks, in calling order.
+        **bound: keyword arguments passed to every hook that names them (the trainer passes ``trainer=self``).
 
     Example:
         >>> class Clock:
@@ -30,13 +31,17 @@ class CallbackHooks:
 
     """
 
-    def __init__(self, callbacks: Iterable[Any]) -> None:
+    def __init__(self, callbacks: Iterable[Any], **bound: Any) -> None:
         self.callbacks = list(callbacks)
+        self.bound = bound
         self._targets: dict[str, list[_Target]] = {}
 
     def __call__(self, hook: str, **kwargs: Any) -> None:
-        """Run ``hook`` on each callback that has it, passing the ``kwargs`` its signature takes."""
-        for method, names in self._targets_of(hook):
+        """Run ``hook`` on each callback that has it, passing the ``kwargs`` (and bound ones) its signature takes."""
+        targets = self._targets_of(hook)
+        if targets and self.bound:
+            kwargs = {**self.bound, **kwargs}
+        for method, names in targets:
             method(**(kwargs if names is None else {name: kwargs[name] for name in names if name in kwargs}))
 
     def defines(self, hook: str) -> bool:

@@ -12,7 +12,7 @@ from lightning.fabric.plugins import Precision
 from lightning.pytorch import LightningModule
 from torch.optim import Optimizer
 
-from fedhet.plugins.protocols import LocalPhase
+from fedhet.core import LocalPhase
 
 
 def configure_optimizer(module: LightningModule) -> Optimizer:

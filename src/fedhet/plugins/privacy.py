@@ -11,8 +11,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from fedhet.core import ClientUpdate
 from fedhet.functional.privacy import add_gaussian_noise, clip_by_global_norm, gaussian_noise_std
-from fedhet.plugins.state import ClientUpdate
 
 log = logging.getLogger(__name__)
 

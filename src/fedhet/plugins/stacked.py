@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from lightning.fabric import Fabric
@@ -34,14 +34,12 @@ from torch.nn.modules.batchnorm import _NormBase
 from torch.nn.modules.dropout import _DropoutNd
 from torch.optim import SGD, Adagrad, Adam, Adamax, AdamW, NAdam, Optimizer, RAdam, RMSprop
 
+from fedhet.core import LocalPhase, RoundUploads
 from fedhet.functional.stacking import stack_padded, stack_states, unstack_states
+from fedhet.plugins.context import ClientContext, ClientJob, LocalResult
 from fedhet.plugins.local_loop import configure_optimizer, phase_batches
-from fedhet.plugins.protocols import LocalPhase
-from fedhet.plugins.seeding import derive_seed, seeded
-from fedhet.plugins.state import ClientFailure, ClientState, ClientUpdate, RoundUploads, to_cpu
-
-if TYPE_CHECKING:
-    from fedhet.plugins.trainer import FederatedTrainer
+from fedhet.plugins.runners import ClientRunner
+from fedhet.plugins.seeding import seeded
 
 ELEMENTWISE_OPTIMIZERS: tuple[type[Optimizer], ...] = (SGD, Adam, AdamW, Adagrad, Adamax, NAdam, RAdam, RMSprop)
 """Optimizers whose step moves each element by its own gradient and state only, so that one of them over stacked
@@ -219,98 +217,71 @@ def train_stack(
 # --------------------------------------------------------------------------------------------- the engine's side
 @dataclass
 class _Ready:
-    """A client loaded, announced and with its batches drawn: ready to join a stack."""
+    """A started client with its state and batches drawn: ready to join a stack."""
 
-    client_id: str
+    job: ClientJob
     state: dict[str, Tensor]
     phases: list[LocalPhase]
     batches: list[list[Any]]
-    bytes_down: int
 
 
-def fit_stacked(trainer: FederatedTrainer, client_ids: Sequence[str], round_idx: int) -> RoundUploads:
-    """Train this process's clients of a round in stacks of up to ``trainer.stack_clients``.
+class StackedRunner(ClientRunner):
+    """Trains a round's clients in stacks of up to ``size`` with :func:`train_stack` (``stack_clients=size``).
 
-    Clients are taken in order. Each is loaded into its architecture's module as the sequential path loads it,
-    announced to ``on_client_fit_start`` (with that module, holding its state), its batches drawn from its own
-    ``train_dataloader()`` under the sequential path's seed, and it joins the open stack of its architecture, phases
-    and steps per phase; a full stack trains at once, the others once every client is ready. Each client then gets
-    its :class:`ClientUpdate` and :class:`ClientState`, is announced to ``on_client_fit_end`` (the module holding its
-    trained state whenever a callback has that hook), and is accepted or rejected as in the sequential path. A client
-    whose loading raises is a failed client; a stack whose training raises fails all its clients.
+    A started client (its module holding its state) gives its state and its batches, drawn from its own
+    ``train_dataloader()`` under the seed of the sequential path, and joins the open stack of its architecture, phases
+    and steps per phase; a full stack trains at once, the others when the round's clients are all submitted. Then each
+    client of the stack is finished as in the sequential path
+    (:meth:`~fedhet.plugins.context.ClientContext.finish`). A stack whose training raises fails all its clients.
 
     Args:
-        trainer: the running trainer.
-        client_ids: the round's clients that this process owns.
-        round_idx: the round.
-
-    Returns:
-        the accepted uploads, the failures, and the bytes sent down to the accepted clients.
+        size: the most clients in one stack.
 
     """
-    uploads = RoundUploads()
-    stacks: dict[Hashable, list[_Ready]] = {}
-    for client_id in client_ids:
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._stacks: dict[Hashable, list[_Ready]] = {}
+
+    def submit(self, context: ClientContext, job: ClientJob, uploads: RoundUploads) -> None:
+        """Draw the client's batches and add it to its stack; train the stack when it is full."""
+        module = job.slot.module
+        state = {name: tensor.detach().clone() for name, tensor in job.slot.targets.items()}
+        phases = module.local_phases()
+        with seeded(context.fit_seed(job.client_id, job.round_idx), [context.fabric.device]):
+            loader = context.client_data(job.client_id).train_dataloader()
+            batches = [
+                list(phase_batches(loader, phase, context.local_epochs, context.local_steps)) for phase in phases
+            ]
+        if context.fabric.device.type != "cpu":
+            batches = [[context.fabric.to_device(batch) for batch in phase] for phase in batches]
+        key = (context.signatures[job.client_id], tuple(phases), tuple(map(len, batches)))
+        stack = self._stacks.setdefault(key, [])
+        stack.append(_Ready(job, state, phases, batches))
+        if len(stack) == self.size:
+            self._train(context, self._stacks.pop(key), uploads)
+
+    def flush(self, context: ClientContext, uploads: RoundUploads) -> None:
+        """Train the stacks that are not full."""
+        stacks, self._stacks = self._stacks, {}
+        for stack in stacks.values():
+            self._train(context, stack, uploads)
+
+    @staticmethod
+    def _train(context: ClientContext, stack: list[_Ready], uploads: RoundUploads) -> None:
+        slot = stack[0].job.slot
         try:
-            ready = _ready(trainer, client_id, round_idx)
-        except Exception as err:  # a failing client must not take the run down: it is left out and named
-            uploads.failures.append(ClientFailure.from_error(client_id, err))
-            trainer._slot(client_id).refresh()
-            continue
-        key = (trainer._signatures[client_id], tuple(ready.phases), tuple(map(len, ready.batches)))
-        stack = stacks.setdefault(key, [])
-        stack.append(ready)
-        if len(stack) == trainer.stack_clients:
-            _train(trainer, stacks.pop(key), round_idx, uploads)
-    for stack in stacks.values():
-        _train(trainer, stack, round_idx, uploads)
-    return uploads
-
-
-def _ready(trainer: FederatedTrainer, client_id: str, round_idx: int) -> _Ready:
-    fabric = trainer._fabric
-    slot, bytes_down = trainer._load_client(client_id)
-    module = slot.module
-    trainer._hooks("on_client_fit_start", trainer=trainer, round_idx=round_idx, client_id=client_id, module=module)
-    state = {name: tensor.detach().clone() for name, tensor in slot.targets.items()}
-    phases = module.local_phases()
-    with seeded(derive_seed(trainer.seed, "fit", round_idx, client_id), [fabric.device]):
-        loader = trainer._client_data[client_id].train_dataloader()
-        batches = [list(phase_batches(loader, phase, trainer.local_epochs, trainer.local_steps)) for phase in phases]
-    if fabric.device.type != "cpu":
-        batches = [[fabric.to_device(batch) for batch in phase] for phase in batches]
-    return _Ready(client_id, state, phases, batches, bytes_down)
-
-
-def _train(trainer: FederatedTrainer, stack: list[_Ready], round_idx: int, uploads: RoundUploads) -> None:
-    slot = trainer._slot(stack[0].client_id)
-    try:
-        states, batches = [c.state for c in stack], [c.batches for c in stack]
-        trained, losses = train_stack(slot.module, states, batches, stack[0].phases)
-    except Exception as err:  # e.g. a module whose sample_losses cannot run under vmap: its clients fail, named
-        uploads.failures += [ClientFailure.from_error(c.client_id, err) for c in stack]
-        return
-    steps = len(losses)
-    mean_losses = losses.float().mean(0).tolist() if steps else [0.0] * len(stack)
-    announce = trainer._hooks.defines("on_client_fit_end")
-    for client, tensors, loss in zip(stack, trained, mean_losses, strict=True):
-        shared = {name: tensors[name] for name in slot.shared}
-        personal = {name: tensors[name] for name in slot.personal}
-        update = ClientUpdate(
-            client.client_id,
-            trainer._specs[client.client_id].num_train,
-            to_cpu(shared),
-            metrics={"loss": loss, "steps": float(steps)},
-        )
-        try:
-            if announce:
-                slot.load(personal, shared)
-            trainer._hooks(
-                "on_client_fit_end", trainer=trainer, round_idx=round_idx, client_id=client.client_id,
-                module=slot.module, update=update,
-            )  # fmt: skip
-        except Exception as err:  # as in the sequential path, the hook's failure is its client's
-            uploads.failures.append(ClientFailure.from_error(client.client_id, err))
-            continue
-        # no time budget (refused with stack_clients): the clients of a stack share their wall time
-        trainer._admit(update, ClientState(to_cpu(personal)), client.bytes_down, 0.0, uploads)
+            states, batches = [c.state for c in stack], [c.batches for c in stack]
+            trained, losses = train_stack(slot.module, states, batches, stack[0].phases)
+        except Exception as err:  # e.g. a module whose sample_losses cannot run under vmap: its clients fail, named
+            for client in stack:
+                context.fail(client.job.client_id, err, uploads)
+            return
+        steps = len(losses)
+        mean_losses = losses.float().mean(0).tolist() if steps else [0.0] * len(stack)
+        for client, tensors, loss in zip(stack, trained, mean_losses, strict=True):
+            result = LocalResult(tensors, {"loss": loss, "steps": float(steps)}, in_module=False)
+            try:
+                context.finish(client.job, result, uploads)
+            except Exception as err:  # as in the sequential path, the hook's failure is its client's
+                context.fail(client.job.client_id, err, uploads)

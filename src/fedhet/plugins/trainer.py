@@ -2,45 +2,30 @@
 
 from __future__ import annotations
 
-import copy
 import logging
-import math
 import time
-from collections.abc import Hashable, Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-import torch
 import yaml
 from lightning.fabric import Fabric
 from lightning.fabric.loggers import Logger
-from lightning.fabric.utilities.apply_func import move_data_to_device
 from lightning.pytorch import Callback, LightningModule
 from lightning.pytorch.loggers import CSVLogger
-from torch import Tensor
 
+from fedhet.core import ClientState, FederatedModuleProtocol, RoundUploads, ServerState
 from fedhet.plugins.aggregators import Aggregator, WeightedMean
 from fedhet.plugins.checkpoint import load_checkpoint, save_checkpoint
 from fedhet.plugins.client_store import ClientStore
+from fedhet.plugins.context import ClientContext
 from fedhet.plugins.distributed import check_multi_node_launch, gather_objects, owner_rank
 from fedhet.plugins.hooks import CallbackHooks
-from fedhet.plugins.local_loop import evaluate_client, run_local_training
+from fedhet.plugins.policies import FailureBudget, PlainUpdate, PrivateUpdate, ServerUpdate, upload_checks
 from fedhet.plugins.privacy import UploadPrivacy
-from fedhet.plugins.protocols import FederatedModuleProtocol
+from fedhet.plugins.runners import ClientRunner, SequentialRunner
 from fedhet.plugins.sampling import ClientSampler, FullParticipation
-from fedhet.plugins.seeding import derive_seed, seeded
-from fedhet.plugins.slots import ModuleSlot
-from fedhet.plugins.stacked import check_stacking, fit_stacked
-from fedhet.plugins.state import (
-    ClientFailure,
-    ClientState,
-    ClientUpdate,
-    RoundUploads,
-    ServerState,
-    non_finite,
-    num_bytes,
-    to_cpu,
-)
+from fedhet.plugins.stacked import StackedRunner, check_stacking
 from fedhet.plugins.summaries import summarize_clients
 
 log = logging.getLogger(__name__)
@@ -62,7 +47,15 @@ class FederatedTrainer:
     ``on_aggregate_start(trainer, round_idx, updates)``,
     ``on_aggregate_end(trainer, round_idx, server_state, updates)``,
     ``on_evaluation_end(trainer, stage, round_idx, metrics)``, ``on_round_end(trainer, round_idx, metrics)``,
-    ``on_federation_end(trainer)``.
+    ``on_federation_end(trainer)``. They fire in that order; each client's pair fires inside the round's training, in
+    client order, as the client runner documents (:mod:`fedhet.plugins.runners`: the stacked runner announces a
+    whole stack before it trains).
+
+    The trainer composes its parts: a client runner (:class:`~fedhet.plugins.runners.SequentialRunner`, or
+    :class:`~fedhet.plugins.stacked.StackedRunner` with ``stack_clients``) trains this process's clients through a
+    :class:`~fedhet.plugins.context.ClientContext`; upload checks (:mod:`fedhet.plugins.policies`: finite uploads,
+    the time budget) admit or reject each upload; a failure budget decides whether a round may go on; a server update
+    (plain aggregation, or differential privacy) turns the admitted uploads into new shared parameters.
 
     Args:
         rounds: communication rounds.
@@ -195,6 +188,8 @@ class FederatedTrainer:
         self.client_time_budget_s = client_time_budget_s
         self.privacy = privacy
         self.stack_clients = stack_clients
+        self.runner: ClientRunner = StackedRunner(stack_clients) if stack_clients is not None else SequentialRunner()
+        self._failure_budget = FailureBudget(max_client_failures)
         self._fabric_kwargs = {
             "accelerator": accelerator,
             "strategy": strategy,
@@ -211,6 +206,7 @@ class FederatedTrainer:
         self.history: list[dict[str, float]] = []
         self.current_round = 0
         self._store = ClientStore()
+        self._context: ClientContext | None = None
         self._comm_totals = {"up": 0, "down": 0}
         self._has_state = False
         self.fitting = False
@@ -230,23 +226,23 @@ class FederatedTrainer:
                 )
             self._restore(state, path, replay_logs=self._default_logger)
         if self.stack_clients is not None:  # on one module per client architecture, before any training
-            check_stacking(self._fabric, {self._signatures[c]: self._slot(c).module for c in self._client_ids}.values())
+            check_stacking(self._fabric, [self.context.slot(cid).module for cid in self.context.architectures()])
         self._log_run_config(model)
         fabric = self._fabric
         self.fitting = True
-        self._hooks("on_federation_start", trainer=self, module=model)
+        self._hooks("on_federation_start", module=model)
         for round_idx in range(self.current_round, self.rounds):
             metrics = self._run_round(round_idx)
             self.history.append(metrics)
             fabric.log_dict(metrics, step=round_idx)
             self.current_round = round_idx + 1
-            self._hooks("on_round_end", trainer=self, round_idx=round_idx, metrics=metrics)
+            self._hooks("on_round_end", round_idx=round_idx, metrics=metrics)
             if self.checkpoint_every and (
                 self.current_round % self.checkpoint_every == 0 or self.current_round == self.rounds
             ):
                 self.save_checkpoint(self.default_root_dir / "checkpoints" / "last.ckpt")
         self.fitting = False
-        self._hooks("on_federation_end", trainer=self)
+        self._hooks("on_federation_end")
         for logger in fabric.loggers:
             logger.finalize("success")
 
@@ -272,6 +268,23 @@ class FederatedTrainer:
     def client_ids(self) -> list[str]:
         """The federation's clients, in order."""
         return list(self._client_ids)
+
+    @property
+    def context(self) -> ClientContext:
+        """What a client runner uses of this federation (set up by ``fit``, ``validate``, ``test`` or :meth:`setup`)."""
+        if self._context is None:
+            raise RuntimeError("FederatedTrainer: no clients yet; call fit, validate, test or setup")
+        return self._context
+
+    @property
+    def store(self) -> ClientStore:
+        """This process's client state store (personal parameters and kept optimizer state, by client id)."""
+        return self._store
+
+    @property
+    def callbacks(self) -> list[Any]:
+        """The run's callbacks: the user's and the module's ``configure_callbacks()``, in calling order."""
+        return list(self._hooks.callbacks)
 
     @property
     def global_rank(self) -> int:
@@ -324,10 +337,24 @@ class FederatedTrainer:
             version = versions[0] if versions else None
             self.loggers = [CSVLogger(save_dir=self.default_root_dir, name="logs", version=version)]
         check_multi_node_launch(int(self._fabric_kwargs["num_nodes"]))
-        self._callbacks = self._callbacks_for(model)
-        self._hooks = CallbackHooks(self._callbacks)
-        self.fabric = Fabric(**self._fabric_kwargs, loggers=self.loggers, callbacks=self._callbacks)
+        callbacks = self._callbacks_for(model)
+        self._hooks = CallbackHooks(callbacks, trainer=self)
+        self.fabric = Fabric(**self._fabric_kwargs, loggers=self.loggers, callbacks=callbacks)
         self.fabric.launch()
+
+    def setup(self, model: LightningModule, datamodule: Any, stage: str = "fit") -> ClientContext:
+        """Launch Fabric, check the clients and initialise the server state, without running a round.
+
+        ``fit``, ``validate`` and ``test`` call it; an adapter that drives clients itself (e.g. a Flower ClientApp)
+        calls it once and then :meth:`fit_clients` or ``context.evaluate``.
+
+        Returns:
+            the :class:`~fedhet.plugins.context.ClientContext` of the run.
+
+        """
+        self._launch(model)
+        self._prepare(model, datamodule, stage)
+        return self.context
 
     def _prepare(self, model: LightningModule, datamodule: Any, stage: str) -> None:
         """Set up and check the clients, and initialise the server state, before any training."""
@@ -338,35 +365,35 @@ class FederatedTrainer:
                 )
         datamodule.setup(stage)
         self._datamodule = datamodule
-        self._template = model
-        self._client_ids = list(datamodule.client_ids)
-        self._client_data = {cid: datamodule.client(cid) for cid in self._client_ids}
+        self._context = ClientContext(
+            self._fabric,
+            model,
+            datamodule,
+            self.seed,
+            self.local_epochs,
+            self.local_steps,
+            self._hooks,
+            upload_checks(self.client_time_budget_s),
+            server_state=lambda: self.server_state,
+            store=lambda: self._store,
+            personal_init=self.personal_init,
+        )
+        self._client_ids = list(self._context.client_ids)
         self._index = {cid: i for i, cid in enumerate(self._client_ids)}
-        self._specs = datamodule.specs
-        self._signatures = {cid: model.client_signature(spec) for cid, spec in self._specs.items()}
         self.sampler.validate(len(self._client_ids))
-        self._slots: dict[Hashable, ModuleSlot] = {}
-        self._aggregator = self.aggregator or getattr(model, "configure_aggregator", WeightedMean)()
+        self._server_update: ServerUpdate = (
+            PrivateUpdate(self.privacy, self.seed)
+            if self.privacy is not None
+            else PlainUpdate(self.aggregator or getattr(model, "configure_aggregator", WeightedMean)())
+        )
         if not self._has_state:
             self._init_server()
-
-    def _build(self, client_id: str, seed: int) -> LightningModule:
-        """A fresh module for ``client_id``, its layers created under ``seed``."""
-        with seeded(seed, [self._fabric.device]):
-            module = copy.deepcopy(self._template)
-            module.setup_client(self._specs[client_id])
-            module.configure_model()
-        return module.to(self._fabric.device)
 
     def _init_server(self) -> None:
         """Initial shared parameters: one build per client architecture, checked for name/shape clashes."""
         shared: dict[str, Any] = {}
-        seen: set[Hashable] = set()
-        for cid in self._client_ids:
-            if self._signatures[cid] in seen:
-                continue
-            seen.add(self._signatures[cid])
-            for name, value in self._slot(cid).module.shared_state_dict().items():
+        for cid in self.context.architectures():
+            for name, value in self.context.slot(cid).module.shared_state_dict().items():
                 if name in shared and shared[name].shape != value.shape:
                     raise ValueError(
                         f"client '{cid}': shared parameter '{name}' has shape {tuple(value.shape)}, but other clients"
@@ -390,107 +417,25 @@ class FederatedTrainer:
         """Whether this process trains and keeps the state of ``client_id``."""
         return owner_rank(self._index[client_id], self._fabric.world_size) == self._fabric.global_rank
 
-    # ------------------------------------------------------------------ one client
-    def _slot(self, client_id: str) -> ModuleSlot:
-        """The module that serves every client with ``client_id``'s architecture (built on first use)."""
-        signature = self._signatures[client_id]
-        slot = self._slots.get(signature)
-        if slot is None:
-            slot = self._slots[signature] = ModuleSlot(self._build(client_id, derive_seed(self.seed, "server")))
-        return slot
-
-    def _init_seed(self, client_id: str) -> int:
-        """The seed of ``client_id``'s initial personal layers: the architecture's shared draw, or the client's own."""
-        if self.personal_init == "shared":
-            return derive_seed(self.seed, "server")  # the draw that built the slot, so the initial model is one model
-        return derive_seed(self.seed, "init", client_id)
-
-    def _load_client(self, client_id: str) -> tuple[ModuleSlot, int]:
-        """The slot of ``client_id`` with its personal state and the server's payload loaded; bytes sent down."""
-        slot = self._slot(client_id)
-        slot.module.setup_client(self._specs[client_id])
-        if client_id not in self._store:  # first appearance: personal layers from the shared or the client's draw
-            fresh = self._build(client_id, self._init_seed(client_id)) if slot.personal else None
-            personal = {name: fresh.state_dict()[name] for name in slot.personal} if fresh is not None else {}
-            self._store[client_id] = ClientState(to_cpu(personal))
-        payload = self.server_state.payload_for(client_id, slot.shared)
-        slot.load(self._store[client_id].personal, payload)
-        statistics = self.server_state.statistics
-        if statistics:
-            slot.module.receive_statistics(move_data_to_device(statistics, self._fabric.device))
-        return slot, num_bytes(payload) + num_bytes(statistics)
-
-    def _fit_client(self, client_id: str, round_idx: int) -> tuple[ClientUpdate, ClientState, int]:
-        slot, bytes_down = self._load_client(client_id)
-        module = slot.module
-        self._hooks("on_client_fit_start", trainer=self, round_idx=round_idx, client_id=client_id, module=module)
-        previous = self._store[client_id]
-        keep_optimizer = bool(getattr(module, "keep_optimizer_state", False))
-        with seeded(derive_seed(self.seed, "fit", round_idx, client_id), [self._fabric.device]):
-            metrics, optimizer_state = run_local_training(
-                self._fabric,
-                module,
-                self._client_data[client_id].train_dataloader(),
-                module.local_phases(),
-                self.local_epochs,
-                self.local_steps,
-                previous.optimizer if keep_optimizer else None,
-                keep_optimizer,
-            )
-        tensors = module.state_dict()
-        slot.refresh(tensors)
-        shared = {name: tensors.pop(name) for name in slot.shared}
-        update = ClientUpdate(
-            client_id=client_id,
-            num_samples=self._specs[client_id].num_train,
-            shared=to_cpu(shared),
-            statistics=to_cpu(module.client_statistics()),
-            metrics=metrics,
-        )
-        optimizer_state = move_data_to_device(optimizer_state, "cpu") if keep_optimizer else None
-        state = ClientState(to_cpu(tensors), optimizer_state)
-        self._hooks(
-            "on_client_fit_end", trainer=self, round_idx=round_idx, client_id=client_id, module=module, update=update
-        )
-        return update, state, bytes_down
-
     # ------------------------------------------------------------------ one round
-    def _fit_one_by_one(self, client_ids: list[str], round_idx: int) -> RoundUploads:
-        """Train this process's clients of a round one after the other in their architecture's module."""
-        uploads = RoundUploads()
-        for cid in client_ids:
-            started = time.perf_counter()
-            try:
-                update, state, down = self._fit_client(cid, round_idx)
-            except Exception as err:  # a failing client must not take the run down: it is left out and named
-                uploads.failures.append(ClientFailure.from_error(cid, err))
-                self._slot(cid).refresh()
-                continue
-            self._admit(update, state, down, time.perf_counter() - started, uploads)
-        return uploads
+    def fit_clients(self, client_ids: Sequence[str], round_idx: int) -> RoundUploads:
+        """Train ``client_ids`` (clients this process owns) for round ``round_idx`` with the trainer's runner.
 
-    def _admit(
-        self, update: ClientUpdate, state: ClientState, bytes_down: int, seconds: float, uploads: RoundUploads
-    ) -> None:
-        """Keep a trained client's state and upload, or record why its upload is left out (:meth:`_rejection`)."""
-        failure = self._rejection(update, seconds)
-        if failure is not None:
-            uploads.failures.append(failure)
-            return
-        self._store[update.client_id] = state
-        uploads.updates.append(update)
-        uploads.bytes_down += bytes_down
+        Each client starts from its stored personal state and the current ``server_state``; an admitted client's new
+        state is stored. Nothing is aggregated: that is the round's (or a federated runtime's) job.
+
+        Returns:
+            the admitted uploads, the failed clients and the bytes sent down to the admitted ones.
+
+        """
+        return self.runner.run(self.context, client_ids, round_idx)
 
     def _run_round(self, round_idx: int) -> dict[str, float]:
         fabric = self._fabric
         start = time.perf_counter()
         sampled = self.sampler.sample(self._client_ids, round_idx, self.rounds, self.seed)
-        self._hooks("on_round_start", trainer=self, round_idx=round_idx, client_ids=sampled)
-        owned = [cid for cid in sampled if self.owns(cid)]
-        if self.stack_clients is not None:  # this process's clients train in stacks (fedhet.plugins.stacked)
-            uploads = fit_stacked(self, owned, round_idx)
-        else:
-            uploads = self._fit_one_by_one(owned, round_idx)
+        self._hooks("on_round_start", round_idx=round_idx, client_ids=sampled)
+        uploads = self.fit_clients([cid for cid in sampled if self.owns(cid)], round_idx)
         train_s = time.perf_counter() - start
         mark = time.perf_counter()
         gathered = gather_objects(fabric, (uploads, train_s))
@@ -502,15 +447,14 @@ class FederatedTrainer:
         updates = sorted((u for part, _ in gathered for u in part.updates), key=lambda u: self._index[u.client_id])
         failures = sorted((f for part, _ in gathered for f in part.failures), key=lambda f: self._index[f.client_id])
         bytes_down = sum(part.bytes_down for part, _ in gathered)
-        self._check_failures(round_idx, sampled, updates, failures)
+        self._failure_budget.check(round_idx, sampled, updates, failures)
 
         mark = time.perf_counter()
-        updates = self._privatize(updates, round_idx)
-        self._hooks("on_aggregate_start", trainer=self, round_idx=round_idx, updates=updates)
-        self.server_state.shared.update(self._aggregate(updates, len(sampled), round_idx))
-        self._hooks(
-            "on_aggregate_end", trainer=self, round_idx=round_idx, server_state=self.server_state, updates=updates
-        )
+        shared = self.server_state.shared
+        updates = self._server_update.prepare(updates, shared, round_idx)
+        self._hooks("on_aggregate_start", round_idx=round_idx, updates=updates)
+        shared.update(self._server_update.aggregate(updates, shared, len(sampled), round_idx))
+        self._hooks("on_aggregate_end", round_idx=round_idx, server_state=self.server_state, updates=updates)
         spans["time/aggregate_s"] = time.perf_counter() - mark
 
         bytes_up = sum(u.num_bytes for u in updates)
@@ -530,8 +474,7 @@ class FederatedTrainer:
             "comm/bytes_up_total": float(self._comm_totals["up"]),
             "comm/bytes_down_total": float(self._comm_totals["down"]),
         }
-        if self.privacy is not None:
-            metrics.update(self.privacy.account(sample_rate=len(sampled) / len(self._client_ids)))
+        metrics.update(self._server_update.metrics(sample_rate=len(sampled) / len(self._client_ids)))
         if (round_idx + 1) % self.eval_every == 0 or round_idx == self.rounds - 1:
             mark = time.perf_counter()
             metrics.update(self._evaluate("val", round_idx))
@@ -539,54 +482,6 @@ class FederatedTrainer:
         metrics.update(spans)
         metrics["time/round_s"] = time.perf_counter() - start
         return metrics
-
-    def _privatize(self, updates: list[ClientUpdate], round_idx: int) -> list[ClientUpdate]:
-        """What private clients send (clipped updates, noised statistics; noise seeded by (round, client))."""
-        if self.privacy is None:
-            return updates
-        private = []
-        for update in updates:
-            generator = torch.Generator().manual_seed(derive_seed(self.seed, "privacy", round_idx, update.client_id))
-            private.append(self.privacy.privatize(update, self.server_state.shared, generator))
-        return private
-
-    def _aggregate(self, updates: list[ClientUpdate], num_sampled: int, round_idx: int) -> dict[str, Tensor]:
-        """The new shared parameters: the aggregator's, or the private aggregate when ``privacy`` is set."""
-        if self.privacy is not None:
-            generator = torch.Generator().manual_seed(derive_seed(self.seed, "privacy", round_idx))
-            return self.privacy.aggregate(updates, self.server_state.shared, num_sampled, generator)
-        self._aggregator.reset()
-        for update in updates:
-            self._aggregator.update(update)
-        return self._aggregator.compute()
-
-    def _rejection(self, update: ClientUpdate, seconds: float) -> ClientFailure | None:
-        """Why a trained client's upload is left out of the aggregate (non-finite, or too slow), or ``None``."""
-        bad = non_finite(update.shared, update.statistics)
-        if bad or not math.isfinite(update.metrics["loss"]):
-            return ClientFailure(update.client_id, "non_finite", f"non-finite upload in {bad or ['loss']}")
-        if self.client_time_budget_s is not None and seconds > self.client_time_budget_s:
-            return ClientFailure(
-                update.client_id,
-                "straggler",
-                f"straggler: local training took {seconds:.3f} s,"
-                f" over client_time_budget_s={self.client_time_budget_s}",
-            )
-        return None
-
-    def _check_failures(
-        self, round_idx: int, sampled: list[str], updates: list[ClientUpdate], failures: list[ClientFailure]
-    ) -> None:
-        for failure in failures:
-            log.warning(
-                "round %d: client '%s' left out of the aggregate: %s", round_idx, failure.client_id, failure.reason
-            )
-        if failures and (not updates or len(failures) > self.max_client_failures * len(sampled)):
-            details = "; ".join(f"'{f.client_id}': {f.reason}" for f in failures)
-            raise RuntimeError(
-                f"round {round_idx}: {len(failures)} of {len(sampled)} clients failed, more than"
-                f" max_client_failures={self.max_client_failures} allows: {details}"
-            )
 
     # ------------------------------------------------------------------ evaluation
     def _evaluate(self, stage: str, round_idx: int) -> dict[str, float]:
@@ -600,15 +495,15 @@ class FederatedTrainer:
             if not self.owns(cid):
                 continue
             try:
-                result = self._evaluate_client(cid, stage, round_idx)
+                result = self.context.evaluate(cid, stage, round_idx)
             except Exception as err:  # an evaluation failure must not take a long run down
                 log.warning("round %d: client '%s' left out of the %s evaluation: %s: %s",
                             round_idx, cid, stage, type(err).__name__, err)  # fmt: skip
                 failed.append(cid)
-                self._slot(cid).refresh()
+                self.context.slot(cid).refresh()
                 continue
             if result is not None:
-                results.append(result)
+                results.append((cid, *result))
         gathered = gather_objects(self._fabric, (results, failed))
         results = [r for part in gathered for r in part[0]]
         if not results:
@@ -621,29 +516,8 @@ class FederatedTrainer:
             log_per_client=self.log_per_client,
         )
         metrics[f"clients/{stage}_failed"] = float(sum(len(part[1]) for part in gathered))
-        self._hooks("on_evaluation_end", trainer=self, stage=stage, round_idx=round_idx, metrics=metrics)
+        self._hooks("on_evaluation_end", stage=stage, round_idx=round_idx, metrics=metrics)
         return metrics
-
-    def _evaluate_client(
-        self, cid: str, stage: str, round_idx: int
-    ) -> tuple[str, dict[str, float], int, dict[str, bool]] | None:
-        """One client's metrics, sample count and metric directions on its ``stage`` split (``None``: no split)."""
-        client = self._client_data[cid]
-        loader = client.val_dataloader() if stage == "val" else client.test_dataloader()
-        if not loader:
-            return None
-        slot, _ = self._load_client(cid)
-        module = slot.module
-        adaptation = module.adaptation_phases()
-        if adaptation:  # e.g. FedAvg-FT: fine-tune a copy; the next load restores the client's real state
-            with seeded(derive_seed(self.seed, "adapt", round_idx, cid), [self._fabric.device]):
-                run_local_training(
-                    self._fabric, module, client.train_dataloader(), adaptation, self.local_epochs, self.local_steps
-                )
-            slot.refresh()
-        values = evaluate_client(self._fabric, module, loader, stage)
-        directions = {name: bool(m.higher_is_better) for name, m in module.evaluation_metrics(stage).items()}
-        return cid, values, len(loader.dataset), directions
 
     def _evaluate_only(
         self, stage: str, model: LightningModule, datamodule: Any, ckpt_path: str | None
@@ -678,7 +552,7 @@ class FederatedTrainer:
         """Write the whole federation (server, every client, callbacks, history) to ``path``, atomically."""
         fabric = self._fabric
         stores = gather_objects(fabric, dict(self._store.state_dicts()))
-        callbacks = {self._callback_key(cb): cb.state_dict() for cb in self._callbacks if hasattr(cb, "state_dict")}
+        callbacks = {self._callback_key(cb): cb.state_dict() for cb in self.callbacks if hasattr(cb, "state_dict")}
         if fabric.is_global_zero:
             save_checkpoint(
                 path,
@@ -691,7 +565,7 @@ class FederatedTrainer:
                     "callbacks": callbacks,
                     "history": self.history,
                     "comm_totals": dict(self._comm_totals),
-                    "privacy": self.privacy.state_dict() if self.privacy is not None else None,
+                    "privacy": self._server_update.state_dict(),
                     "logger_versions": [lg.version for lg in fabric.loggers],
                 },
             )
@@ -710,14 +584,14 @@ class FederatedTrainer:
             raise ValueError(
                 f"checkpoint {str(path)!r} was written with seed {state['seed']}, field 'seed' is {self.seed}"
             )
-        if self.privacy is not None and state.get("privacy") is not None:
-            self.privacy.load_state_dict(state["privacy"])
+        if state.get("privacy") is not None:
+            self._server_update.load_state_dict(state["privacy"])
         self.server_state.load_state_dict(state["server"])
         self._store = self._new_store()
         for cid, client_state in state["clients"].items():
             if self.owns(cid):
                 self._store[cid] = ClientState.from_state_dict(client_state)
-        for cb in self._callbacks:
+        for cb in self.callbacks:
             key = self._callback_key(cb)
             if key in state["callbacks"] and hasattr(cb, "load_state_dict"):
                 cb.load_state_dict(state["callbacks"][key])

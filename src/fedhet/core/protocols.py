@@ -8,7 +8,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from torch import Tensor
 
-from fedhet.datamodules.spec import ClientSpec
+from fedhet.core.spec import ClientSpec
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,304 @@
+"""ClientContext: what a client runner (and an adapter such as Flower's ClientApp) may use of a federation.
+
+The trainer builds one context per ``fit``/``validate``/``test`` from the module and the federated datamodule. It owns
+the per-client plumbing that the sequential and stacked runners share: one module per client architecture
+(:class:`~fedhet.plugins.slots.ModuleSlot`), loading a client's personal state and the server's payload into it, the
+seeds of a client's draws, the two client hooks, turning trained tensors into a :class:`~fedhet.core.ClientUpdate`,
+and admitting or rejecting that upload with the run's upload checks. A runner never touches the trainer itself.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, NamedTuple
+
+from lightning.fabric import Fabric
+from lightning.fabric.utilities.apply_func import move_data_to_device
+from lightning.pytorch import LightningModule
+from torch import Tensor
+
+from fedhet.core import (
+    ClientFailure,
+    ClientSpec,
+    ClientState,
+    ClientUpdate,
+    RoundUploads,
+    ServerState,
+    num_bytes,
+    to_cpu,
+)
+from fedhet.plugins.client_store import ClientStore
+from fedhet.plugins.hooks import CallbackHooks
+from fedhet.plugins.local_loop import evaluate_client, run_local_training
+from fedhet.plugins.policies import UploadCheck
+from fedhet.plugins.seeding import derive_seed, seeded
+from fedhet.plugins.slots import ModuleSlot
+
+
+@dataclass
+class ClientJob:
+    """A client of a round loaded into its architecture's module and announced to ``on_client_fit_start``.
+
+    Args:
+        client_id: the client's name.
+        round_idx: the round.
+        slot: the module serving the client's architecture, holding the client's state and the server's payload.
+        bytes_down: bytes of the payload and statistics the client received.
+        started: ``time.perf_counter()`` when its loading began (for the time budget).
+
+    """
+
+    client_id: str
+    round_idx: int
+    slot: ModuleSlot
+    bytes_down: int
+    started: float
+
+
+@dataclass
+class LocalResult:
+    """What a runner's local training of one client gives back to the context.
+
+    Args:
+        tensors: the client's whole trained state, by ``state_dict`` name.
+        metrics: ``{"loss": mean training loss, "steps": optimizer steps}``.
+        statistics: the statistics the client uploads (``client_statistics()`` after training).
+        optimizer: the optimizer state to keep for its next round (methods with ``keep_optimizer_state``).
+        in_module: whether the job's module already holds ``tensors`` (the sequential path); otherwise the context
+            loads them before a callback's ``on_client_fit_end`` looks at the module.
+
+    """
+
+    tensors: dict[str, Tensor]
+    metrics: dict[str, float]
+    statistics: dict[str, Tensor] = field(default_factory=dict)
+    optimizer: dict[str, Any] | None = None
+    in_module: bool = True
+
+
+class ClientEvaluation(NamedTuple):
+    """One client's evaluation: its metrics, its number of samples, and whether each metric is better higher."""
+
+    metrics: dict[str, float]
+    num_samples: int
+    higher_is_better: dict[str, bool]
+
+
+class ClientContext:
+    """What a :class:`~fedhet.plugins.runners.ClientRunner` may use of the federation: data, modules, store, hooks.
+
+    Args:
+        fabric: the run's Fabric (device, precision, rank).
+        template: the run's module; each client architecture gets a deep copy built for it.
+        datamodule: the federated datamodule (``client_ids``, ``client(cid)``, ``specs``), already set up.
+        seed: the run's seed; every draw of a client derives from (seed, purpose, round, client).
+        local_epochs: the trainer's ``local_epochs``.
+        local_steps: the trainer's ``local_steps``.
+        hooks: the run's callback dispatch.
+        checks: the upload checks an upload must pass to be admitted (non-finite, time budget...).
+        server_state: returns the server state clients load from (the trainer may replace it on resume).
+        store: returns the client state store (the trainer may replace it on resume).
+        personal_init: ``"shared"``: a client's personal layers start from its architecture's one draw (the one that
+            also initialises the shared layers); ``"per_client"``: from a draw of its own, seeded by (seed, client).
+
+    """
+
+    def __init__(
+        self,
+        fabric: Fabric,
+        template: LightningModule,
+        datamodule: Any,
+        seed: int,
+        local_epochs: int,
+        local_steps: int | None,
+        hooks: CallbackHooks,
+        checks: Sequence[UploadCheck],
+        server_state: Callable[[], ServerState],
+        store: Callable[[], ClientStore],
+        personal_init: Literal["shared", "per_client"] = "shared",
+    ) -> None:
+        self.fabric = fabric
+        self.template = template
+        self.seed = seed
+        self.local_epochs = local_epochs
+        self.local_steps = local_steps
+        self.hooks = hooks
+        self.checks = list(checks)
+        self.personal_init = personal_init
+        self._server_state = server_state
+        self._store = store
+        self.client_ids: list[str] = list(datamodule.client_ids)
+        self.specs: Mapping[str, ClientSpec] = datamodule.specs
+        self._data = {cid: datamodule.client(cid) for cid in self.client_ids}
+        self.signatures: dict[str, Hashable] = {cid: template.client_signature(s) for cid, s in self.specs.items()}
+        self._slots: dict[Hashable, ModuleSlot] = {}
+
+    # ------------------------------------------------------------------ what a client has
+    @property
+    def server_state(self) -> ServerState:
+        """The server state clients load from."""
+        return self._server_state()
+
+    @property
+    def store(self) -> ClientStore:
+        """The client state store of this process."""
+        return self._store()
+
+    def client_data(self, client_id: str) -> Any:
+        """The client's ``ClientDataModule``."""
+        return self._data[client_id]
+
+    def fit_seed(self, client_id: str, round_idx: int) -> int:
+        """The seed of the client's local training draws in ``round_idx`` (shuffling, dropout)."""
+        return derive_seed(self.seed, "fit", round_idx, client_id)
+
+    def build(self, client_id: str, seed: int) -> LightningModule:
+        """A fresh module for ``client_id``, its layers created under ``seed``."""
+        with seeded(seed, [self.fabric.device]):
+            module = copy.deepcopy(self.template)
+            module.setup_client(self.specs[client_id])
+            module.configure_model()
+        return module.to(self.fabric.device)
+
+    def slot(self, client_id: str) -> ModuleSlot:
+        """The module that serves every client with ``client_id``'s architecture (built on first use)."""
+        signature = self.signatures[client_id]
+        slot = self._slots.get(signature)
+        if slot is None:
+            slot = self._slots[signature] = ModuleSlot(self.build(client_id, derive_seed(self.seed, "server")))
+        return slot
+
+    def init_seed(self, client_id: str) -> int:
+        """The seed of ``client_id``'s initial personal layers: the architecture's shared draw, or the client's own."""
+        if self.personal_init == "shared":
+            return derive_seed(self.seed, "server")  # the draw that built the slot, so the initial model is one model
+        return derive_seed(self.seed, "init", client_id)
+
+    def architectures(self) -> list[str]:
+        """One client id per client architecture, in client order."""
+        first: dict[Hashable, str] = {}
+        for cid in self.client_ids:
+            first.setdefault(self.signatures[cid], cid)
+        return list(first.values())
+
+    def load(self, client_id: str) -> tuple[ModuleSlot, int]:
+        """The slot of ``client_id`` with its personal state and the server's payload loaded; bytes sent down.
+
+        A client seen for the first time gets personal layers initialised from :meth:`init_seed`.
+        """
+        slot = self.slot(client_id)
+        slot.module.setup_client(self.specs[client_id])
+        store = self.store
+        if client_id not in store:
+            fresh = self.build(client_id, self.init_seed(client_id)) if slot.personal else None
+            personal = {name: fresh.state_dict()[name] for name in slot.personal} if fresh is not None else {}
+            store[client_id] = ClientState(to_cpu(personal))
+        server = self.server_state
+        payload = server.payload_for(client_id, slot.shared)
+        slot.load(store[client_id].personal, payload)
+        statistics = server.statistics
+        if statistics:
+            slot.module.receive_statistics(move_data_to_device(statistics, self.fabric.device))
+        return slot, num_bytes(payload) + num_bytes(statistics)
+
+    # ------------------------------------------------------------------ one client's fit
+    def start(self, client_id: str, round_idx: int) -> ClientJob:
+        """Load the client and fire ``on_client_fit_start`` with its module."""
+        started = time.perf_counter()
+        slot, bytes_down = self.load(client_id)
+        self.hooks("on_client_fit_start", round_idx=round_idx, client_id=client_id, module=slot.module)
+        return ClientJob(client_id, round_idx, slot, bytes_down, started)
+
+    def train(self, job: ClientJob) -> LocalResult:
+        """Train the job's module on its client's data through its local phases, with its own ``training_step``."""
+        module = job.slot.module
+        keep_optimizer = bool(getattr(module, "keep_optimizer_state", False))
+        previous = self.store[job.client_id].optimizer if keep_optimizer else None
+        with seeded(self.fit_seed(job.client_id, job.round_idx), [self.fabric.device]):
+            metrics, optimizer = run_local_training(
+                self.fabric,
+                module,
+                self._data[job.client_id].train_dataloader(),
+                module.local_phases(),
+                self.local_epochs,
+                self.local_steps,
+                previous,
+                keep_optimizer,
+            )
+        tensors = module.state_dict()
+        job.slot.refresh(tensors)
+        optimizer = move_data_to_device(optimizer, "cpu") if optimizer is not None else None
+        return LocalResult(dict(tensors), metrics, to_cpu(module.client_statistics()), optimizer)
+
+    def finish(self, job: ClientJob, result: LocalResult, uploads: RoundUploads) -> None:
+        """Build the client's upload, fire ``on_client_fit_end``, then admit it (:meth:`admit`).
+
+        Raises:
+            Exception: whatever ``on_client_fit_end`` raises (the runner records it as the client's failure).
+
+        """
+        slot = job.slot
+        shared = {name: result.tensors[name] for name in slot.shared}
+        personal = {name: result.tensors[name] for name in slot.personal}
+        update = ClientUpdate(
+            client_id=job.client_id,
+            num_samples=self.specs[job.client_id].num_train,
+            shared=to_cpu(shared),
+            statistics=result.statistics,
+            metrics=result.metrics,
+        )
+        if self.hooks.defines("on_client_fit_end"):
+            if not result.in_module:
+                slot.load(personal, shared)
+            self.hooks(
+                "on_client_fit_end", round_idx=job.round_idx, client_id=job.client_id, module=slot.module, update=update
+            )
+        state = ClientState(to_cpu(personal), result.optimizer)
+        self.admit(update, state, job.bytes_down, time.perf_counter() - job.started, uploads)
+
+    def admit(
+        self, update: ClientUpdate, state: ClientState, bytes_down: int, seconds: float, uploads: RoundUploads
+    ) -> None:
+        """Keep a trained client's state and upload, or record the first upload check that rejects it."""
+        for check in self.checks:
+            failure = check.reject(update, seconds)
+            if failure is not None:
+                uploads.failures.append(failure)
+                return
+        self.store[update.client_id] = state
+        uploads.updates.append(update)
+        uploads.bytes_down += bytes_down
+
+    def fail(self, client_id: str, err: Exception, uploads: RoundUploads) -> None:
+        """Record a client whose loading, training or hook raised, and re-read its module's tensors."""
+        uploads.failures.append(ClientFailure.from_error(client_id, err))
+        self.slot(client_id).refresh()
+
+    # ------------------------------------------------------------------ evaluation
+    def evaluate(
+        self, client_id: str, stage: str, round_idx: int
+    ) -> tuple[dict[str, float], int, dict[str, bool]] | None:
+        """One client's metrics, sample count and metric directions on its ``stage`` split (``None``: no split).
+
+        A module with ``adaptation_phases()`` (e.g. FedAvg-FT) first fine-tunes a copy; the client's next load
+        restores its real state.
+        """
+        client = self._data[client_id]
+        loader = client.val_dataloader() if stage == "val" else client.test_dataloader()
+        if not loader:
+            return None
+        slot, _ = self.load(client_id)
+        module = slot.module
+        adaptation = module.adaptation_phases()
+        if adaptation:
+            with seeded(derive_seed(self.seed, "adapt", round_idx, client_id), [self.fabric.device]):
+                run_local_training(
+                    self.fabric, module, client.train_dataloader(), adaptation, self.local_epochs, self.local_steps
+                )
+            slot.refresh()
+        values = evaluate_client(self.fabric, module, loader, stage)
+        directions = {name: bool(m.higher_is_better) for name, m in module.evaluation_metrics(stage).items()}
+        return ClientEvaluation(values, len(loader.dataset), directions)

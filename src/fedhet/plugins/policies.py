@@ -1,0 +1,206 @@
+"""Upload policies: what the trainer does with the clients' uploads, as components it composes.
+
+A round's uploads pass three kinds of policy:
+
+* :class:`UploadCheck` — per client, right after its training: is its upload admitted? :class:`FiniteUpload` rejects
+  NaN/Inf losses and tensors, :class:`TimeBudget` rejects stragglers (``client_time_budget_s``).
+* :class:`FailureBudget` — per round, once the uploads are gathered: may the run go on with the clients that failed?
+* :class:`ServerUpdate` — per round: turn the admitted uploads into new shared parameters. :class:`PlainUpdate` folds
+  them with an :class:`~fedhet.plugins.aggregators.Aggregator`; :class:`PrivateUpdate` clips and noises them
+  (:class:`~fedhet.plugins.privacy.UploadPrivacy`) and accounts for the privacy spent.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+import torch
+from torch import Tensor
+
+from fedhet.core import ClientFailure, ClientUpdate, non_finite
+from fedhet.plugins.aggregators import Aggregator
+from fedhet.plugins.privacy import UploadPrivacy
+from fedhet.plugins.seeding import derive_seed
+
+log = logging.getLogger(__name__)
+
+
+class UploadCheck(Protocol):
+    """Decides whether one trained client's upload joins the round's aggregate."""
+
+    def reject(self, update: ClientUpdate, seconds: float) -> ClientFailure | None:
+        """Why ``update`` (trained in ``seconds`` of wall time) is left out, or ``None`` to admit it."""
+
+
+class FiniteUpload:
+    """Rejects an upload whose loss, shared parameters or statistics hold a NaN or an infinity."""
+
+    def reject(self, update: ClientUpdate, seconds: float) -> ClientFailure | None:
+        """A ``"non_finite"`` failure naming the tensors at fault, or ``None``."""
+        bad = non_finite(update.shared, update.statistics)
+        if bad or not math.isfinite(update.metrics["loss"]):
+            return ClientFailure(update.client_id, "non_finite", f"non-finite upload in {bad or ['loss']}")
+        return None
+
+
+class TimeBudget:
+    """Rejects a straggler: a client whose loading, training and upload took more than ``seconds`` of wall time.
+
+    Args:
+        budget_s: the trainer's ``client_time_budget_s``.
+
+    """
+
+    def __init__(self, budget_s: float) -> None:
+        self.budget_s = budget_s
+
+    def reject(self, update: ClientUpdate, seconds: float) -> ClientFailure | None:
+        """A ``"straggler"`` failure when ``seconds`` exceeds the budget, or ``None``."""
+        if seconds <= self.budget_s:
+            return None
+        return ClientFailure(
+            update.client_id,
+            "straggler",
+            f"straggler: local training took {seconds:.3f} s, over client_time_budget_s={self.budget_s}",
+        )
+
+
+def upload_checks(client_time_budget_s: float | None) -> list[UploadCheck]:
+    """The checks of a trainer: finite uploads always, the time budget when one is set."""
+    checks: list[UploadCheck] = [FiniteUpload()]
+    if client_time_budget_s is not None:
+        checks.append(TimeBudget(client_time_budget_s))
+    return checks
+
+
+class FailureBudget:
+    """Names each failed client in the log and stops the run when too many of a round's clients failed.
+
+    Args:
+        max_fraction: the trainer's ``max_client_failures``, the fraction of the sampled clients that may fail.
+
+    """
+
+    def __init__(self, max_fraction: float) -> None:
+        self.max_fraction = max_fraction
+
+    def check(
+        self, round_idx: int, sampled: Sequence[str], updates: Sequence[ClientUpdate], failures: Sequence[ClientFailure]
+    ) -> None:
+        """Log every failure; raise when none was admitted or more than ``max_fraction`` failed.
+
+        Raises:
+            RuntimeError: naming every failed client and its reason.
+
+        """
+        for failure in failures:
+            log.warning(
+                "round %d: client '%s' left out of the aggregate: %s", round_idx, failure.client_id, failure.reason
+            )
+        if failures and (not updates or len(failures) > self.max_fraction * len(sampled)):
+            details = "; ".join(f"'{f.client_id}': {f.reason}" for f in failures)
+            raise RuntimeError(
+                f"round {round_idx}: {len(failures)} of {len(sampled)} clients failed, more than"
+                f" max_client_failures={self.max_fraction} allows: {details}"
+            )
+
+
+class ServerUpdate(Protocol):
+    """Turns a round's admitted uploads into new shared parameters, with what it logs and checkpoints."""
+
+    def prepare(self, updates: list[ClientUpdate], shared: Mapping[str, Tensor], round_idx: int) -> list[ClientUpdate]:
+        """The uploads as the server receives them (e.g. clipped and noised) from the raw ones."""
+
+    def aggregate(
+        self, updates: Sequence[ClientUpdate], shared: Mapping[str, Tensor], num_sampled: int, round_idx: int
+    ) -> dict[str, Tensor]:
+        """The new value of every shared parameter some client uploaded."""
+
+    def metrics(self, sample_rate: float) -> dict[str, float]:
+        """What the round logs besides the engine's own metrics."""
+
+    def state_dict(self) -> dict[str, Any] | None:
+        """The policy's state for the checkpoint (``None``: stateless)."""
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore from :meth:`state_dict`."""
+
+
+class PlainUpdate:
+    """Uploads are received as sent and folded by ``aggregator`` (the module's ``configure_aggregator()`` by default).
+
+    Args:
+        aggregator: folds the uploads by parameter name.
+
+    """
+
+    def __init__(self, aggregator: Aggregator) -> None:
+        self.aggregator = aggregator
+
+    def prepare(self, updates: list[ClientUpdate], shared: Mapping[str, Tensor], round_idx: int) -> list[ClientUpdate]:
+        """The uploads, unchanged."""
+        return updates
+
+    def aggregate(
+        self, updates: Sequence[ClientUpdate], shared: Mapping[str, Tensor], num_sampled: int, round_idx: int
+    ) -> dict[str, Tensor]:
+        """The aggregator's result over ``updates``, in their order."""
+        self.aggregator.reset()
+        for update in updates:
+            self.aggregator.update(update)
+        return self.aggregator.compute()
+
+    def metrics(self, sample_rate: float) -> dict[str, float]:
+        """Nothing."""
+        return {}
+
+    def state_dict(self) -> dict[str, Any] | None:
+        """``None``: no state."""
+        return None
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Nothing to restore."""
+
+
+class PrivateUpdate:
+    """Client-level differential privacy: clipped updates, noise seeded by (seed, round[, client]), an accountant.
+
+    Args:
+        privacy: the trainer's :class:`~fedhet.plugins.privacy.UploadPrivacy`.
+        seed: the run's seed.
+
+    """
+
+    def __init__(self, privacy: UploadPrivacy, seed: int) -> None:
+        self.privacy = privacy
+        self.seed = seed
+
+    def prepare(self, updates: list[ClientUpdate], shared: Mapping[str, Tensor], round_idx: int) -> list[ClientUpdate]:
+        """What private clients send: clipped updates and noised statistics, each client's noise its own."""
+        private = []
+        for update in updates:
+            generator = torch.Generator().manual_seed(derive_seed(self.seed, "privacy", round_idx, update.client_id))
+            private.append(self.privacy.privatize(update, shared, generator))
+        return private
+
+    def aggregate(
+        self, updates: Sequence[ClientUpdate], shared: Mapping[str, Tensor], num_sampled: int, round_idx: int
+    ) -> dict[str, Tensor]:
+        """The private aggregate: uniform mean over the sampled clients plus the round's Gaussian noise."""
+        generator = torch.Generator().manual_seed(derive_seed(self.seed, "privacy", round_idx))
+        return self.privacy.aggregate(updates, shared, num_sampled, generator)
+
+    def metrics(self, sample_rate: float) -> dict[str, float]:
+        """``privacy/epsilon`` after composing this round."""
+        return self.privacy.account(sample_rate=sample_rate)
+
+    def state_dict(self) -> dict[str, Any] | None:
+        """The accountant's history."""
+        return self.privacy.state_dict()
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore the accountant."""
+        self.privacy.load_state_dict(state)

@@ -1,0 +1,78 @@
+"""Client runners: how a process trains its clients of a round, one by one or in stacks, on one shared code path.
+
+Every runner goes through the same steps for each client, in client order, using only a
+:class:`~fedhet.plugins.context.ClientContext`:
+
+1. :meth:`ClientContext.start <fedhet.plugins.context.ClientContext.start>` loads the client's personal state and the
+   server's payload into its architecture's module and fires ``on_client_fit_start(trainer, round_idx, client_id,
+   module)``;
+2. the runner trains it (:meth:`ClientRunner.submit`): at once (:class:`SequentialRunner`), or once a stack of
+   clients like it is full or the round's clients are all submitted
+   (:class:`~fedhet.plugins.stacked.StackedRunner`);
+3. :meth:`ClientContext.finish <fedhet.plugins.context.ClientContext.finish>` builds its upload, fires
+   ``on_client_fit_end(trainer, round_idx, client_id, module, update)`` with the module holding its trained state,
+   and admits the upload or records why not (the upload checks).
+
+A client whose step 1, 2 or 3 raises is a failed client: it is named in the round's failures and its module's
+tensors are re-read. **Hook order**: in the sequential runner each client's ``on_client_fit_end`` comes before the
+next client's ``on_client_fit_start``; in the stacked runner every client of a stack gets ``on_client_fit_start``
+(the module then holding that client's state) before the stack trains, and ``on_client_fit_end`` after, in client
+order. A stack whose training raises fails all its clients.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+
+from fedhet.core import RoundUploads
+from fedhet.plugins.context import ClientContext, ClientJob
+
+
+class ClientRunner(ABC):
+    """Trains a process's clients of one round and returns their uploads, failures and bytes sent down."""
+
+    def run(self, context: ClientContext, client_ids: Sequence[str], round_idx: int) -> RoundUploads:
+        """Start, train and finish each client of ``client_ids`` (this process's clients of the round), in order.
+
+        Args:
+            context: the federation as a runner sees it.
+            client_ids: the clients to train.
+            round_idx: the round.
+
+        Returns:
+            the admitted uploads, the failed clients and the bytes sent down to the admitted ones.
+
+        """
+        uploads = RoundUploads()
+        for client_id in client_ids:
+            try:
+                self.submit(context, context.start(client_id, round_idx), uploads)
+            except Exception as err:  # a failing client must not take the run down: it is left out and named
+                context.fail(client_id, err, uploads)
+        self.flush(context, uploads)
+        return uploads
+
+    @abstractmethod
+    def submit(self, context: ClientContext, job: ClientJob, uploads: RoundUploads) -> None:
+        """Train a started client now or later; every client submitted is finished by the end of :meth:`flush`.
+
+        Raises:
+            Exception: when the client's own training or finishing raises (it is then recorded as failed).
+
+        """
+
+    @abstractmethod
+    def flush(self, context: ClientContext, uploads: RoundUploads) -> None:
+        """Train and finish the clients still waiting."""
+
+
+class SequentialRunner(ClientRunner):
+    """One client at a time, in its architecture's module, through its own ``training_step`` (any module)."""
+
+    def submit(self, context: ClientContext, job: ClientJob, uploads: RoundUploads) -> None:
+        """Train the client now and finish it."""
+        context.finish(job, context.train(job), uploads)
+
+    def flush(self, context: ClientContext, uploads: RoundUploads) -> None:
+        """Nothing waits: every client is trained when it is submitted."""
