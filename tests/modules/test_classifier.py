@@ -4,7 +4,7 @@ import pytest
 import torch
 from torch import nn
 
-from fedhet.datamodules.spec import ClientSpec
+from fedhet.core import ClientSpec
 from fedhet.modules import FedAvg, FedBABU, FedPer, FedRep, LocalOnly
 from fedhet.modules.fedpac_nets import FedPACNet
 

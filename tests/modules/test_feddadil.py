@@ -195,7 +195,7 @@ def test_adam_state_is_kept_across_rounds_only_when_asked(tmp_path):
     for keep in (False, True):
         model = dadil(optimizer="adam", lr=0.05, keep_optimizer_state=keep)
         trainer = fit(tmp_path / str(keep), model, toy(), rounds=2)
-        for state in trainer._store.values():
+        for state in trainer.store.values():
             if not keep:
                 assert state.optimizer is None
                 continue

@@ -17,9 +17,9 @@ import torch.nn.functional as F
 from lightning.pytorch import Callback
 from torch import Tensor
 
+from fedhet.core import LocalPhase
 from fedhet.functional.centroids import class_feature_sums, feature_alignment_loss, head_statistics
 from fedhet.modules.baselines import FedRep
-from fedhet.core import LocalPhase
 
 #: names of the statistics FedPAC uploads (besides the shared body) and receives
 CENTROIDS = "fedpac/centroids"
