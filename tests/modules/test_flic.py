@@ -254,7 +254,8 @@ def test_federation_on_a_seeded_linear_mapping_toy(tmp_path):
         num_clients=6, samples_per_class=60, test_samples_per_class=20, num_classes=6, imbalance="none", seed=0
     )
     trainer = quiet(tmp_path, rounds=3, local_epochs=5, sampler=UniformSampler(0.5, full_last_round=True), seed=1)
-    module = FLIC(**{**SMALL, "pretrain_epochs": 5}, variant="hl", lr=1e-2)
+    # the rule this test was calibrated with (the plumbing is what it checks; the rules are compared below)
+    module = FLIC(**{**SMALL, "pretrain_epochs": 5}, variant="hl", lr=1e-2, anchor_update="paper")
     trainer.fit(module, data)
     metrics = trainer.test(module, data)
     assert metrics["test/acc_mean"] > 0.5  # 3 classes per client: chance is 1/3
@@ -279,3 +280,63 @@ def test_bad_arguments_name_the_field(kwargs, field):
         FLIC(**kwargs)
     with pytest.raises(ValueError, match="network='cnn'"):
         built(make_client("vec", 20, 0), network="cnn")
+
+
+def test_digit_cnn_embeddings_can_be_negative_without_the_papers_relu():
+    """No activation before the latent space (the reference code): embeddings reach the anchors' negative side."""
+    from fedhet.modules.flic_nets import cnn_embedding
+
+    torch.manual_seed(0)
+    x = torch.rand(16, 1, 8, 8)
+    module = built(ClientDataModule("img", x, torch.arange(16) % 3, 3))
+    assert not any(isinstance(m, torch.nn.ReLU) for m in module.body.embed.modules())
+    module.eval()
+    z = module.body.embed(x)
+    assert (z < 0).any()
+    assert (z > 0).any()
+    relu = cnn_embedding((1, 8, 8), 8, fc_activation=True).eval()
+    assert (relu(x) >= 0).all()  # the paper's ReLU: never below zero
+    # with pre-training, the embedded class means reach the anchors' negative coordinates
+    module.train()
+    module.pretrain_embedding(module.train_batches(), 40)
+    z, y = module.embed_all(module.train_batches())
+    _, means, _ = class_moments(z, y, 3)
+    negative = module.anchor_means < 0
+    assert (means[negative] < 0).float().mean() > 0.5
+
+
+class AnchorMoves(FederatedCallback):
+    """Each participant's relative anchor move per round, and the global anchors after each aggregation."""
+
+    def __init__(self):
+        self.moves, self.anchors = {}, []
+
+    def on_client_fit_end(self, trainer, round_idx, client_id, module, update):
+        self.moves.setdefault(round_idx, []).append(module.anchor_move)
+
+    def on_round_end(self, trainer, round_idx, metrics):
+        self.anchors.append(trainer.server_state.statistics[GLOBAL_MEANS].clone())
+
+
+def test_default_anchors_move_materially_and_the_papers_step_barely(tmp_path):
+    """The paper's rule moves an anchor by 2 eta lambda1 = 2e-6 of its distance to the class mean per round (exactly,
+    with lambda2 = 0); the default (the reference code's per-batch Adam steps) moves it by orders of magnitude more."""
+    data = LinearMappingToy(
+        num_clients=4, samples_per_class=60, test_samples_per_class=10, num_classes=4, imbalance="none", seed=0
+    )
+    runs = {}
+    for rule in ("paper", "code"):
+        spy = AnchorMoves()
+        trainer = quiet(tmp_path / rule, rounds=3, local_epochs=2, seed=1, callbacks=[spy])
+        module = FLIC(**{**SMALL, "pretrain_epochs": 2}, anchor_update=rule, lambda_anchor=0.0)
+        assert FLIC().anchor_update == "code"  # the default
+        trainer.fit(module, data)
+        runs[rule] = spy
+    paper, code = runs["paper"], runs["code"]
+    for moves in paper.moves.values():
+        assert moves == pytest.approx([2 * 1e-3 * 1e-3] * len(moves), rel=0.05)  # float32 differences of ~1e-6
+    per_round = [sum(m) / len(m) for m in code.moves.values()]
+    assert min(per_round) > 100 * 2e-6  # at least 100 times the paper's step, every round
+    start = FLIC(**SMALL).anchor_std * torch.randn(4, 8, generator=torch.Generator().manual_seed(0))
+    drift = [(a - start).norm(dim=-1).mean() for a in (paper.anchors[-1], code.anchors[-1])]
+    assert drift[1] > 100 * drift[0]

@@ -49,18 +49,20 @@ def mlp_embedding(
 
 
 def cnn_embedding(
-    input_shape: Sequence[int], latent_dim: int = 64, fc_activation: bool = True, dropout: float = 0.5
+    input_shape: Sequence[int], latent_dim: int = 64, fc_activation: bool = False, dropout: float = 0.5
 ) -> nn.Sequential:
     """The digits CNN: ``Conv(32, 5) -> MaxPool 2 -> sigmoid -> Conv(20, 5) -> Dropout2d(0.5) -> MaxPool 2 -> sigmoid``.
 
-    Then flatten and ``Linear(F, latent_dim)``, with a ReLU when ``fc_activation`` (the paper; the reference code has
-    none). Pooling rounds up, so odd sizes such as 16x15 work (MNIST 28x28 gives F = 20·4·4 = 320, USPS 16x16 gives
+    Then flatten and ``Linear(F, latent_dim)``: no activation on the latent vector by default, as in the reference code,
+    so embeddings can reach the anchors' negative coordinates (``fc_activation`` adds the paper's ReLU, which makes
+    every embedding non-negative and leaves the alignment term a floor of the squared norm of the anchors' negative
+    part). Pooling rounds up, so odd sizes such as 16x15 work (MNIST 28x28 gives F = 20·4·4 = 320, USPS 16x16 gives
     F = 20); images with a side under 16 pixels get padding 2 in both convolutions (8x8 gives F = 20·2·2 = 80).
 
     Args:
         input_shape: ``(C, H, W)``.
         latent_dim: :math:`k`.
-        fc_activation: ReLU after the last linear layer.
+        fc_activation: ReLU after the last linear layer (the paper's figure; off in the reference code).
         dropout: the channel dropout probability after the second convolution (0.5 in the paper; 0 removes it).
 
     Returns:
