@@ -89,23 +89,16 @@ SCALES: dict[str, dict[str, Any]] = {
 
 def methods(scale: dict[str, Any]) -> dict[str, Callable[[], Any]]:
     """Every compared method, built with the same body, optimiser and data."""
-    common = {"lr": scale["lr"], "momentum": 0.5, "weight_decay": 5e-4, "hidden_dims": [128]}
-    pac = {**common, "head_lr": scale["head_lr"], "network": scale["network"], "lambda_align": 1.0}
-
-    def body_of(module_cls: type, **kwargs: Any) -> Any:
-        if scale["network"] == "mlp":
-            return module_cls(**common, **kwargs)
-        module = module_cls(**common, **kwargs)
-        module.build_body = FedPAC(network="cnn").build_body  # the paper's CNN for the baselines too
-        return module
-
+    net = {"network": scale["network"], "hidden_dims": [128]}  # the paper's CNN or the MLP, for every method
+    common = {"lr": scale["lr"], "momentum": 0.5, "weight_decay": 5e-4, **net}
+    pac = {**common, "head_lr": scale["head_lr"], "lambda_align": 1.0}
     return {
-        "Local": lambda: body_of(LocalOnly),
-        "FedAvg": lambda: body_of(FedAvg),
-        "FedAvg-FT": lambda: body_of(FedAvg, finetune_epochs=1),
-        "FedPer": lambda: body_of(FedPer),
-        "FedRep": lambda: body_of(FedRep, head_epochs=1),
-        "FedBABU": lambda: body_of(FedBABU, finetune_epochs=1),
+        "Local": lambda: LocalOnly(**common),
+        "FedAvg": lambda: FedAvg(**common),
+        "FedAvg-FT": lambda: FedAvg(**common, finetune_epochs=1),
+        "FedPer": lambda: FedPer(**common),
+        "FedRep": lambda: FedRep(**common, head_epochs=1),
+        "FedBABU": lambda: FedBABU(**common, finetune_epochs=1),
         "FedPAC": lambda: FedPAC(**pac),
         "FedPAC (none)": lambda: FedPAC(**pac, feature_alignment=False, classifier_collaboration=False),
         "FedPAC (FA only)": lambda: FedPAC(**pac, classifier_collaboration=False),
