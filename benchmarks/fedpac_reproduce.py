@@ -98,7 +98,7 @@ def methods(scale: dict[str, Any]) -> dict[str, Callable[[], Any]]:
         "FedAvg-FT": lambda: FedAvg(**common, finetune_epochs=1),
         "FedPer": lambda: FedPer(**common),
         "FedRep": lambda: FedRep(**common, head_epochs=1),
-        "FedBABU": lambda: FedBABU(**common, finetune_epochs=1),
+        "FedBABU": lambda: FedBABU(**common),  # the FedBABU paper's 5 fine-tuning epochs
         "FedPAC": lambda: FedPAC(**pac),
         "FedPAC (none)": lambda: FedPAC(**pac, feature_alignment=False, classifier_collaboration=False),
         "FedPAC (FA only)": lambda: FedPAC(**pac, classifier_collaboration=False),

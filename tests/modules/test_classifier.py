@@ -1,4 +1,6 @@
-"""FederatedClassifier's ``network`` choice: the FedPAC paper's CNN for every classifier-family baseline."""
+"""FederatedClassifier's ``network`` choice (the FedPAC paper's CNN) for every classifier baseline; FedBABU's budget."""
+
+import math
 
 import pytest
 import torch
@@ -7,6 +9,7 @@ from torch import nn
 from fedhet.core import ClientSpec
 from fedhet.modules import FedAvg, FedBABU, FedPer, FedRep, LocalOnly
 from fedhet.modules.fedpac_nets import FedPACNet
+from fedhet.plugins import FederatedTrainer
 
 BASELINES = [LocalOnly, FedAvg, FedRep, FedPer, FedBABU]
 IMAGE = ClientSpec("img", (1, 28, 28), 10, num_train=4)
@@ -43,3 +46,25 @@ def test_auto_falls_back_to_the_mlp_and_cnn_refuses_other_inputs():
         build(FedAvg, flat, network="cnn")
     with pytest.raises(ValueError, match="FedPer: field 'network'"):
         FedPer(network="resnet")
+
+
+class CountingFedBABU(FedBABU):
+    """FedBABU that counts its optimizer steps (training batches)."""
+
+    steps = 0
+
+    def training_step(self, batch, batch_idx):
+        CountingFedBABU.steps += 1
+        return super().training_step(batch, batch_idx)
+
+
+def test_fedbabu_evaluates_after_the_papers_five_finetuning_epochs(tmp_path, tiny_federation):
+    trainer = FederatedTrainer(
+        rounds=1, accelerator="cpu", enable_progress_bar=False, logger=False, default_root_dir=str(tmp_path)
+    )
+    module = CountingFedBABU(hidden_dims=[8])
+    trainer.fit(module, tiny_federation)
+    CountingFedBABU.steps = 0
+    trainer.test(module, tiny_federation)
+    batches = {c: math.ceil(tiny_federation.specs[c].num_train / 8) for c in "abcd"}  # batch size 8
+    assert CountingFedBABU.steps == 5 * sum(batches.values())

@@ -93,15 +93,17 @@ class FedBABU(FedAvg):
     Oh, Kim & Yun, "FedBABU: Toward Enhanced Representation for Federated Image Classification", ICLR 2022. Every
     client holds the same head (the server's initial one; it is never trained, so averaging leaves it unchanged) and
     trains only the body in its local epochs; before each evaluation a client fine-tunes a copy of the whole model on
-    its own training data for ``finetune_epochs`` epochs (as FedAvg-FT does) and is evaluated with it.
+    its own training data for ``finetune_epochs`` epochs (as FedAvg-FT does) and is evaluated with it. The default
+    budget is the paper's: personalised accuracy after 5 fine-tuning epochs (tau_f) of the whole model (the
+    authors' code's default ``--ft_ep 5``), with the training learning rate.
 
     Args:
-        finetune_epochs: local fine-tuning epochs before evaluation.
+        finetune_epochs: local fine-tuning epochs before evaluation (5 as the paper).
         **kwargs: the :class:`FederatedClassifier` arguments.
 
     """
 
-    def __init__(self, finetune_epochs: int = 1, **kwargs: Any) -> None:
+    def __init__(self, finetune_epochs: int = 5, **kwargs: Any) -> None:
         super().__init__(finetune_epochs=finetune_epochs, **kwargs)
 
     def local_phases(self) -> list[LocalPhase]:
