@@ -101,7 +101,7 @@ def test_global_layers_identical_across_clients_private_layers_differ():
 
 def test_batch_aligned_clients_take_equal_steps_with_their_own_batch_size():
     data = federation()
-    trainer, rec = fit(GlobalLayers(batches_per_epoch=3, **TINY), data, rounds=3)
+    trainer, rec = fit(GlobalLayers(batches_per_epoch=3, aggregate_every="epoch", **TINY), data, rounds=3)
     assert set(rec.steps.values()) == {3.0}
     assert len(rec.steps) == 9
     assert {cid: data.client(cid).batch_size for cid in CLIENTS} == {"a": 13, "b": 9, "c": 11}
@@ -157,7 +157,7 @@ def test_pooled_client_for_the_centralised_baseline():
 
 def test_heart_gl_sites_run_batch_aligned():
     data = HeartFederation(sites=GL_SITES, missing="code")
-    _, rec = fit(GlobalLayers(batches_per_epoch=5, **TINY), data, rounds=1)
+    _, rec = fit(GlobalLayers(batches_per_epoch=5, aggregate_every="epoch", **TINY), data, rounds=1)
     assert [data.client(site).batch_size for site in GL_SITES] == [36, 55, 36]
     assert {rec.steps[(0, site)] for site in GL_SITES} == {5.0}
 
@@ -205,3 +205,54 @@ def test_covertype_configs_run_end_to_end_on_the_fixture(path, tmp_path, monkeyp
     assert metrics["clients/participants"] == num_clients
     assert 0.0 <= metrics["val/accuracy_mean"] <= 1.0
     assert 0.0 <= metrics["val/auroc_mean"] <= 1.0
+
+
+def constant_client(cid: str, dim: int, value: float) -> ClientDataModule:
+    """8 copies of one row (class 0 of 2): every batch has the same loss, so a step does not depend on the shuffle."""
+    x = torch.full((8, dim), value)
+    y = torch.zeros(8, dtype=torch.long)
+    return ClientDataModule(cid, x, y, 2, x_test=x[:2], y_test=y[:2], batch_size=4)
+
+
+def hand_computed_global_layers(model_args, starts, specs, aggregate_after):
+    """Two clients' global layers after 2 AdamW steps each, averaged uniformly after steps ``aggregate_after``."""
+    modules, optimizers = {}, {}
+    for cid, state in starts.items():
+        module = GlobalLayers(**model_args)
+        module.setup_client(specs[cid])
+        module.configure_model()
+        module.load_state_dict(state)
+        modules[cid], optimizers[cid] = module, module.configure_optimizers()
+    for step in range(2):
+        for cid, module in modules.items():
+            module.train()
+            x = torch.full((4, specs[cid].input_dim), 1.0 if cid == "a" else -2.0)
+            loss = module.loss(module(x), module.head_targets(torch.zeros(4, dtype=torch.long)))
+            loss.backward()
+            optimizers[cid].step()
+            optimizers[cid].zero_grad()
+        if step in aggregate_after:
+            params = [dict(m.named_parameters()) for m in modules.values()]
+            with torch.no_grad():
+                for name in (n for n in params[0] if modules["a"].is_shared(n)):
+                    mean = (params[0][name] + params[1][name]) / 2
+                    for p in params:
+                        p[name].copy_(mean)
+    return {n: p.detach() for n, p in modules["a"].named_parameters() if modules["a"].is_shared(n)}
+
+
+@pytest.mark.parametrize(("aggregate_every", "rounds", "aggregate_after"), [("step", 2, (0, 1)), ("epoch", 1, (1,))])
+def test_aggregation_after_every_step_or_every_epoch_equals_the_hand_computed_steps(
+    aggregate_every, rounds, aggregate_after
+):
+    args = {**TINY, "label_space": "federation", "batches_per_epoch": 2, "aggregate_every": aggregate_every}
+    data = FederatedDataModule([constant_client("a", 3, 1.0), constant_client("b", 4, -2.0)])
+    trainer, rec = fit(GlobalLayers(**args), data, rounds=rounds)
+    assert {rec.steps[(r, c)] for r in range(rounds) for c in "ab"} == {2.0 / rounds}
+    starts = {cid: rec.loaded[(0, cid)] for cid in "ab"}
+    expected = hand_computed_global_layers(args, starts, data.specs, aggregate_after)
+    assert expected.keys() == trainer.server_state.shared.keys()
+    for name, value in expected.items():
+        torch.testing.assert_close(trainer.server_state.shared[name], value)
+    other = hand_computed_global_layers(args, starts, data.specs, (1,) if aggregate_every == "step" else (0, 1))
+    assert any(not torch.allclose(other[n], expected[n]) for n in expected)  # the two schedules differ

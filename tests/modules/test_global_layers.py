@@ -150,7 +150,7 @@ def test_aligned_batch_size():
 
 
 def test_batch_aligned_module_declares_its_steps_callback_and_uniform_mean():
-    model = GlobalLayers(batches_per_epoch=5, **TINY)
+    model = GlobalLayers(batches_per_epoch=5, aggregate_every="epoch", **TINY)
     assert [phase.steps for phase in model.local_phases()] == [5]
     (callback,) = model.configure_callbacks()
     assert isinstance(callback, BatchAlignment)

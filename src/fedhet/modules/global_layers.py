@@ -27,6 +27,7 @@ from fedhet.modules.base import FederatedModule
 from fedhet.plugins.aggregators import Aggregator, WeightedMean
 
 BNMode = Literal["frozen_stats", "train"]
+AggregateEvery = Literal["step", "epoch"]
 LabelSpace = Literal["client", "federation"]
 
 GLOBAL_CANDIDATES: tuple[str, ...] = ("layer2", "layer3", "layer4", "layer5", "norm_out")
@@ -226,6 +227,13 @@ class GlobalLayers(FederatedModule):
     :class:`BatchAlignment` callback (from ``configure_callbacks``) sets each client's batch size, its aggregator is
     ``WeightedMean("uniform")``, and it keeps each client's AdamW state across rounds.
 
+    When the global layers are averaged (``aggregate_every``): the paper (§3.4) averages each time every client has
+    made one step on its batch, ``"step"`` (the default); the authors' code averages once per epoch, after all ``B``
+    steps, ``"epoch"``. With ``"step"`` one federation round is one batch step, so an epoch is ``B`` rounds: set the
+    trainer's ``rounds`` to epochs times ``B`` and ``eval_every`` to ``B``. The engine draws each round's batch from a
+    fresh shuffle of the client's rows, so over one epoch of ``"step"`` rounds a row can be drawn twice or not at all,
+    where ``"epoch"`` visits ``B * floor(n_k / B)`` distinct rows.
+
     Labels arrive in the federation's label space; with ``label_space="client"`` the module maps them to the client's
     own classes (those present in its training split, sorted, as a label encoder fitted on it would). An evaluation
     label the client never trained on is a negative for every class and is ignored by balanced accuracy.
@@ -252,6 +260,8 @@ class GlobalLayers(FederatedModule):
         threshold: logit threshold of a binary head's predicted class (0.5 as the reference; 0 is probability 1/2).
         batches_per_epoch: ``B`` of BatchAlignedFedAvg (5 for heart, 10 for Covertype in the paper); ``None`` trains
             with the datamodule's batch size for the trainer's ``local_epochs``/``local_steps``.
+        aggregate_every: with ``batches_per_epoch`` set, ``"step"`` (the paper: one step per round, averaged after
+            every step) or ``"epoch"`` (the reference code: ``B`` steps per round, averaged once).
 
     Example:
         >>> model = GlobalLayers(width=128)
@@ -279,8 +289,13 @@ class GlobalLayers(FederatedModule):
         weight_decay: float = 1e-4,
         threshold: float = 0.5,
         batches_per_epoch: int | None = None,
+        aggregate_every: AggregateEvery = "step",
     ) -> None:
         super().__init__()
+        if aggregate_every not in ("step", "epoch"):
+            raise ValueError(
+                f"GlobalLayers: field 'aggregate_every' must be 'step' or 'epoch', got {aggregate_every!r}"
+            )
         if batches_per_epoch is not None and batches_per_epoch < 1:
             raise ValueError(f"GlobalLayers: field 'batches_per_epoch' must be >= 1 or null, got {batches_per_epoch}")
         unknown = [name for name in global_modules if name not in MODULE_ORDER]
@@ -308,6 +323,7 @@ class GlobalLayers(FederatedModule):
         self.bn_mode, self.label_space = bn_mode, label_space
         self.lr, self.weight_decay, self.threshold = lr, weight_decay, threshold
         self.batches_per_epoch = batches_per_epoch
+        self.aggregate_every = aggregate_every
 
     @staticmethod
     def all_but_first(input_norm: bool = False) -> tuple[str, ...]:
@@ -446,7 +462,9 @@ class GlobalLayers(FederatedModule):
         return WeightedMean("uniform")
 
     def local_phases(self) -> list[LocalPhase]:
-        """One phase training everything: ``B`` optimizer steps when batch-aligned, else the trainer's schedule."""
+        """One phase training everything: ``B`` steps (batch-aligned), 1 (``"step"``), or the trainer's schedule."""
+        if self.batches_per_epoch is not None and self.aggregate_every == "step":
+            return [LocalPhase("local", steps=1)]
         return [LocalPhase("local", steps=self.batches_per_epoch)]
 
     def configure_callbacks(self) -> list[Callback]:
