@@ -33,11 +33,11 @@ import torch
 from _common import RESULTS_DIR, environment, quiet_trainer
 from fedhet.callbacks import DictionaryAveraging
 from fedhet.core import ClientUpdate, ServerState
+from fedhet.core.statistics import ATOM_NAMES
 from fedhet.datamodules import DigitsDomains, RotatedBlobsDomains
 from fedhet.functional import fit_softmax_regression
 from fedhet.modules import FedAvg, FedDaDiL
 from fedhet.modules.blocks import mlp
-from fedhet.modules.feddadil import ATOM_NAMES
 from fedhet.plugins import WeightedMean
 
 RESULTS = RESULTS_DIR

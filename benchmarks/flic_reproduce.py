@@ -37,9 +37,9 @@ import torch
 from _common import quiet_trainer
 from fedhet.callbacks import AnchorUpdate
 from fedhet.core import ClientUpdate
+from fedhet.core.statistics import ANCHOR_FACTORS, ANCHOR_MEANS
 from fedhet.datamodules import DigitsFamilyFederation, LinearMappingToy, NoisyFeaturesToy
 from fedhet.modules import FLIC, FedHeNN, HetFedRep, HetLocal
-from fedhet.modules.flic import ANCHOR_FACTORS, ANCHOR_MEANS
 from fedhet.plugins import UniformSampler
 
 RESULTS = Path(__file__).parent / "results"

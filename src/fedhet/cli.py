@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import Any, cast
 
 import yaml
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, _InstantiatorFn
@@ -86,7 +86,7 @@ class FederatedCLI(LightningCLI):
             super().instantiate_classes()
             num_clients = self.datamodule.declared_num_clients
             if num_clients is not None:
-                self.trainer.sampler.validate(num_clients)
+                cast(FederatedTrainer, self.trainer).sampler.validate(num_clients)
         except ValueError as err:
             self._parser(self.subcommand).error(str(err))
 

@@ -5,9 +5,9 @@ import torch
 
 from fedhet.callbacks import DictionaryAveraging
 from fedhet.core import ClientUpdate, ServerState
+from fedhet.core.statistics import ATOM_NAMES, GLOBAL_NAMES
 from fedhet.datamodules import RotatedBlobsDomains
 from fedhet.modules import FedDaDiL
-from fedhet.modules.feddadil import ATOM_NAMES, GLOBAL_NAMES
 from fedhet.plugins import FederatedTrainer
 
 

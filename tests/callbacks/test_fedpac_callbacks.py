@@ -6,9 +6,9 @@ import torch
 
 from fedhet.callbacks import CentroidSync, HeadMixing
 from fedhet.core import ClientUpdate, ServerState
+from fedhet.core.statistics import GLOBAL_CENTROIDS, GLOBAL_COUNTS
 from fedhet.functional import combination_weights
 from fedhet.modules import FedPAC
-from fedhet.modules.fedpac import GLOBAL_CENTROIDS, GLOBAL_COUNTS
 from fedhet.plugins import FederatedTrainer
 
 

@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from fedhet.callbacks import DictionaryAveraging, FederatedCallback
+from fedhet.core.statistics import ATOM_NAMES, GLOBAL_NAMES
 from fedhet.datamodules import RotatedBlobsDomains
 from fedhet.modules import FedAvg, FedDaDiL
-from fedhet.modules.feddadil import ATOM_NAMES, GLOBAL_NAMES
 from fedhet.plugins import FederatedTrainer
 from tests.conftest import make_client, plain_trainer
 

@@ -10,10 +10,10 @@ from torch import nn
 
 from fedhet.callbacks import CentroidSync, FederatedCallback, HeadMixing
 from fedhet.core import LocalPhase
+from fedhet.core.statistics import CENTROIDS, COUNTS, GLOBAL_CENTROIDS, GLOBAL_COUNTS, HEAD_H, HEAD_V
 from fedhet.datamodules import ClientSpec
 from fedhet.functional import class_feature_sums, head_statistics
 from fedhet.modules import FedPAC, FedPACNet
-from fedhet.modules.fedpac import CENTROIDS, COUNTS, GLOBAL_CENTROIDS, GLOBAL_COUNTS, HEAD_H, HEAD_V
 from fedhet.plugins import FederatedTrainer
 from fedhet.plugins.local_loop import run_local_training
 from tests.conftest import make_client, plain_trainer

@@ -7,11 +7,10 @@ from lightning.fabric import Fabric
 
 from fedhet.callbacks import AnchorUpdate, FederatedCallback, KernelSync
 from fedhet.core import LocalPhase
+from fedhet.core.statistics import ANCHOR_FACTORS, ANCHOR_MEANS, GLOBAL_KERNEL, GLOBAL_MEANS, KERNEL
 from fedhet.datamodules import ClientDataModule, LinearMappingToy
 from fedhet.functional import class_moments, gaussian_w2_sq, kernel_penalty
 from fedhet.modules import FLIC, FedHeNN, HetFedRep, HetLocal
-from fedhet.modules.fedhenn import GLOBAL_KERNEL, KERNEL
-from fedhet.modules.flic import ANCHOR_FACTORS, ANCHOR_MEANS, GLOBAL_MEANS
 from fedhet.plugins import FederatedTrainer
 from fedhet.plugins.local_loop import run_local_training
 from fedhet.plugins.sampling import UniformSampler

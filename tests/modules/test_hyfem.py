@@ -6,13 +6,13 @@ import torch
 from torch import nn
 
 from fedhet.callbacks import FederatedCallback, ModelMatching
+from fedhet.core.seeding import derive_seed, seeded
+from fedhet.core.statistics import STAT_PREFIX, anchor_key
 from fedhet.datamodules import HybridFederation
 from fedhet.functional import project_classifier
 from fedhet.functional.matching import Classifier
 from fedhet.modules import FedProx, HybridBody, HybridLocal, HyFEM
-from fedhet.modules.hyfem import STAT_PREFIX, anchor_key
 from fedhet.plugins import FederatedTrainer
-from fedhet.plugins.seeding import derive_seed, seeded
 
 TABLE = {
     "a": {"blocks": ["v0", "v1"], "classes": [0, 1]},

@@ -10,9 +10,9 @@ from opacus.accountants import RDPAccountant
 
 from fedhet.callbacks import FederatedCallback
 from fedhet.cli import FederatedCLI
+from fedhet.core.statistics import CENTROIDS, COUNTS
 from fedhet.functional.privacy import clip_by_global_norm, global_l2_norm
 from fedhet.modules import FedAvg, FedPAC, FedRep
-from fedhet.modules.fedpac import CENTROIDS, COUNTS
 from fedhet.plugins import FederatedTrainer, UniformSampler, UploadPrivacy, WeightedMean
 from tests.plugins.test_trainer import FailingFedAvg
 

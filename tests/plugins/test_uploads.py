@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from fedhet.core.statistics import ANCHOR_MEANS, ATOM_NAMES, CENTROIDS, COUNTS, HEAD_H, HEAD_V, KERNEL, STAT_PREFIX
 from fedhet.datamodules import ClientDataModule, FederatedDataModule, HybridFederation, RotatedBlobsDomains
 from fedhet.modules import (
     FLIC,
@@ -21,11 +22,6 @@ from fedhet.modules import (
     HyFEM,
     LocalOnly,
 )
-from fedhet.modules.feddadil import ATOM_NAMES
-from fedhet.modules.fedhenn import KERNEL
-from fedhet.modules.fedpac import CENTROIDS, COUNTS, HEAD_H, HEAD_V
-from fedhet.modules.flic import ANCHOR_MEANS
-from fedhet.modules.hyfem import STAT_PREFIX
 from fedhet.plugins import UploadPrivacy
 from tests.conftest import make_client
 from tests.plugins.uploads import UploadCase, check_uploads

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Any, Literal
 
 import torch
-from lightning.pytorch import LightningModule
-from torch import Tensor
+from torch import Tensor, nn
 
 from fedhet.callbacks.base import FederatedCallback
+from fedhet.core import ClientUpdate, Federation, ServerState
+from fedhet.core.statistics import ANCHOR_COUNTS, ANCHOR_FACTORS, ANCHOR_MEANS, GLOBAL_FACTORS, GLOBAL_MEANS
 from fedhet.functional.gaussian import gaussian_barycenter
 
 
@@ -55,15 +57,14 @@ class AnchorUpdate(FederatedCallback):
         self.drift = 0.0
         self.seconds = 0.0
 
-    def on_client_fit_start(self, trainer: Any, round_idx: int, client_id: str, module: LightningModule) -> None:
+    def on_client_fit_start(self, trainer: Federation, round_idx: int, client_id: str, module: nn.Module) -> None:
         """Tell a FLIC module which round it trains."""
-        if hasattr(module, "set_round"):
-            module.set_round(round_idx, trainer.rounds)
+        set_round = getattr(module, "set_round", None)
+        if callable(set_round):
+            set_round(round_idx, trainer.rounds)
 
     def aggregate(self, updates: list[Any]) -> tuple[Tensor, Tensor | None]:
         """The barycenter of the uploads' anchors: means ``(C, k)`` and factors ``(C, k, k)`` (or ``None``)."""
-        from fedhet.modules.flic import ANCHOR_COUNTS, ANCHOR_FACTORS, ANCHOR_MEANS
-
         means = torch.stack([u.statistics[ANCHOR_MEANS] for u in updates])  # (N, C, k)
         weights = torch.tensor(
             [float(u.num_samples) if self.weighting == "samples" else 1.0 for u in updates], dtype=torch.float64
@@ -82,10 +83,10 @@ class AnchorUpdate(FederatedCallback):
         assert covariance is not None
         return mean, torch.linalg.cholesky(covariance.double()).to(factors.dtype)
 
-    def on_aggregate_end(self, trainer: Any, round_idx: int, server_state: Any, updates: list[Any]) -> None:
+    def on_aggregate_end(
+        self, trainer: Federation, round_idx: int, server_state: ServerState, updates: Sequence[ClientUpdate]
+    ) -> None:
         """Average the round's anchors and put them in the broadcast statistics."""
-        from fedhet.modules.flic import ANCHOR_MEANS, GLOBAL_FACTORS, GLOBAL_MEANS
-
         uploads = [u for u in updates if ANCHOR_MEANS in u.statistics]
         if not uploads:
             return

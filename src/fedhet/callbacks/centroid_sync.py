@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 from torch import Tensor
 
 from fedhet.callbacks.base import FederatedCallback
+from fedhet.core import ClientUpdate, Federation, ServerState
+from fedhet.core.statistics import CENTROIDS, COUNTS, GLOBAL_CENTROIDS, GLOBAL_COUNTS
 from fedhet.functional.centroids import aggregate_centroids
 
 
@@ -26,10 +29,10 @@ class CentroidSync(FederatedCallback):
         self.centroids: Tensor | None = None
         self.counts: Tensor | None = None
 
-    def on_aggregate_end(self, trainer: Any, round_idx: int, server_state: Any, updates: list[Any]) -> None:
+    def on_aggregate_end(
+        self, trainer: Federation, round_idx: int, server_state: ServerState, updates: Sequence[ClientUpdate]
+    ) -> None:
         """Aggregate the round's centroids and put them in the broadcast statistics."""
-        from fedhet.modules.fedpac import CENTROIDS, COUNTS, GLOBAL_CENTROIDS, GLOBAL_COUNTS
-
         uploads = [u for u in updates if CENTROIDS in u.statistics]
         if not uploads:
             return

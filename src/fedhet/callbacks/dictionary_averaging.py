@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Any, Literal
 
 import torch
 from torch import Tensor
 
 from fedhet.callbacks.base import FederatedCallback
+from fedhet.core import ClientUpdate, Federation, ServerState
+from fedhet.core.seeding import derive_seed
+from fedhet.core.statistics import ATOM_NAMES, GLOBAL_NAMES
 from fedhet.functional.aggregation import weighted_mean
-from fedhet.plugins.seeding import derive_seed
 
 Rule = Literal["avg", "weighted", "random"]
 
@@ -40,10 +43,10 @@ class DictionaryAveraging(FederatedCallback):
         self.spread = 0.0
         self.server_seconds = 0.0
 
-    def on_aggregate_end(self, trainer: Any, round_idx: int, server_state: Any, updates: list[Any]) -> None:
+    def on_aggregate_end(
+        self, trainer: Federation, round_idx: int, server_state: ServerState, updates: Sequence[ClientUpdate]
+    ) -> None:
         """Combine the round's atom versions and put the global dictionary in the broadcast statistics."""
-        from fedhet.modules.feddadil import ATOM_NAMES, GLOBAL_NAMES
-
         uploads = [u for u in updates if all(name in u.statistics for name in ATOM_NAMES)]
         if not uploads:
             return

@@ -10,6 +10,8 @@ import torch
 from torch import Tensor
 
 from fedhet.callbacks.base import FederatedCallback
+from fedhet.core import ClientUpdate, Federation, ServerState
+from fedhet.core.statistics import HEAD_H, HEAD_NAMES, HEAD_PREFIX, HEAD_V
 from fedhet.functional.head_mixing import combination_weights, mix_heads
 
 
@@ -37,10 +39,10 @@ class HeadMixing(FederatedCallback):
         self.recorded: dict[int, Tensor] = {}
         self.solve_seconds = 0.0
 
-    def on_aggregate_end(self, trainer: Any, round_idx: int, server_state: Any, updates: list[Any]) -> None:
+    def on_aggregate_end(
+        self, trainer: Federation, round_idx: int, server_state: ServerState, updates: Sequence[ClientUpdate]
+    ) -> None:
         """One QP per participant; mixed heads into ``server_state.per_client``."""
-        from fedhet.modules.fedpac import HEAD_H, HEAD_NAMES, HEAD_PREFIX, HEAD_V
-
         uploads = [u for u in updates if HEAD_H in u.statistics]
         if not uploads:
             return

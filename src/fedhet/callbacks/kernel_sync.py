@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 from torch import Tensor
 
 from fedhet.callbacks.base import FederatedCallback
+from fedhet.core import ClientUpdate, Federation, ServerState
+from fedhet.core.statistics import GLOBAL_KERNEL, KERNEL
 
 
 class KernelSync(FederatedCallback):
@@ -21,10 +24,10 @@ class KernelSync(FederatedCallback):
     def __init__(self) -> None:
         self.kernels: dict[str, Tensor] = {}
 
-    def on_aggregate_end(self, trainer: Any, round_idx: int, server_state: Any, updates: list[Any]) -> None:
+    def on_aggregate_end(
+        self, trainer: Federation, round_idx: int, server_state: ServerState, updates: Sequence[ClientUpdate]
+    ) -> None:
         """Store the round's kernels and broadcast the mean of all stored ones."""
-        from fedhet.modules.fedhenn import GLOBAL_KERNEL, KERNEL
-
         for update in updates:
             if KERNEL in update.statistics:
                 self.kernels[update.client_id] = update.statistics[KERNEL]

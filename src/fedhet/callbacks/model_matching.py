@@ -11,9 +11,12 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from fedhet.callbacks.base import FederatedCallback
+from fedhet.core import ClientUpdate, Federation, ServerState
+from fedhet.core.seeding import derive_seed, seeded
+from fedhet.core.statistics import CLASSIFIER, EXTRACTORS, STAT_PREFIX, anchor_key
 from fedhet.functional.aggregation import weighted_mean
 from fedhet.functional.matching import Classifier, CostMode, matching_objective, model_matching, project_classifier
-from fedhet.plugins.seeding import derive_seed, seeded
+from fedhet.modules.hyfem_nets import HybridBody, client_blocks
 
 
 class ModelMatching(FederatedCallback):
@@ -73,8 +76,6 @@ class ModelMatching(FederatedCallback):
         """Build the server model (restoring a loaded state); whether it was freshly initialised."""
         if self.server is not None:
             return False
-        from fedhet.modules.hyfem import HybridBody, client_blocks
-
         datamodule = trainer.datamodule
         specs = datamodule.specs
         self._blocks = {cid: list(client_blocks(spec)) for cid, spec in specs.items()}
@@ -97,8 +98,6 @@ class ModelMatching(FederatedCallback):
 
     def server_classifier(self) -> Classifier:
         """The server classifier's weights (detached)."""
-        from fedhet.modules.hyfem import CLASSIFIER
-
         state = self._server.state_dict()
         return Classifier(*(state[name].detach().clone() for name in CLASSIFIER))
 
@@ -110,8 +109,6 @@ class ModelMatching(FederatedCallback):
 
     def _publish(self, server_state: Any) -> None:
         """Send every client its anchors: the server extractors of its blocks and its matched classifier slice."""
-        from fedhet.modules.hyfem import CLASSIFIER, EXTRACTORS, anchor_key
-
         state = self._server.state_dict()
         classifier = self.server_classifier()
         for cid, blocks in self._blocks.items():
@@ -122,15 +119,15 @@ class ModelMatching(FederatedCallback):
             server_state.per_client[cid] = payload
 
     # ---------------------------------------------------------------- hooks
-    def on_federation_start(self, trainer: Any, module: Any) -> None:
+    def on_federation_start(self, trainer: Federation, module: Any) -> None:
         """Initialise the server model and send the clients their first anchors (not after a resume)."""
         if self._ensure_server(trainer):
             self._publish(trainer.server_state)
 
-    def on_aggregate_end(self, trainer: Any, round_idx: int, server_state: Any, updates: list[Any]) -> None:
+    def on_aggregate_end(
+        self, trainer: Federation, round_idx: int, server_state: ServerState, updates: Sequence[ClientUpdate]
+    ) -> None:
         """Average extractors per block, match and average classifiers, send the anchors."""
-        from fedhet.modules.hyfem import CLASSIFIER, EXTRACTORS, STAT_PREFIX
-
         uploads = [u for u in updates if STAT_PREFIX + CLASSIFIER[0] in u.statistics]
         if not uploads:
             return
@@ -174,7 +171,7 @@ class ModelMatching(FederatedCallback):
             )
 
     @torch.no_grad()
-    def on_evaluation_end(self, trainer: Any, stage: str, round_idx: int, metrics: dict[str, float]) -> None:
+    def on_evaluation_end(self, trainer: Federation, stage: str, round_idx: int, metrics: dict[str, float]) -> None:
         """Evaluate the server model on the full-feature samples of ``stage``: ``<stage>/global_acc`` and loss."""
         make_loader = getattr(trainer.datamodule, "global_dataloader", None)
         loader = make_loader(stage) if make_loader is not None else None

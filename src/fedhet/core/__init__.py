@@ -7,10 +7,16 @@ This package imports nothing else of fedhet (only torch), so every other package
 * :class:`LocalPhase`, :class:`FederatedModuleProtocol` — the module contract the engine drives (``protocols``).
 * :class:`ClientUpdate`, :class:`ClientState`, :class:`ServerState`, :class:`ClientFailure`, :class:`RoundUploads`
   — what travels between clients and server and what each keeps (``state``).
-* statistic names that a method's module uploads and its server callback reads (``statistics``).
+* :class:`Federation`, :class:`FederationHooks` — the typed hooks and what a callback may read of the trainer
+  (``hooks``).
+* :func:`derive_seed`, :func:`seeded` — every random draw of a run derives from (seed, purpose, round, client)
+  (``seeding``).
+* the statistic names that a method's module uploads and its server callback reads (``statistics``).
 """
 
-from fedhet.core.protocols import FederatedModuleProtocol, LocalPhase
+from fedhet.core.hooks import Federation, FederationHooks
+from fedhet.core.protocols import EngineModule, FederatedModuleProtocol, LocalPhase
+from fedhet.core.seeding import derive_seed, seeded
 from fedhet.core.spec import ClientSpec
 from fedhet.core.state import (
     ClientFailure,
@@ -28,11 +34,16 @@ __all__ = [
     "ClientSpec",
     "ClientState",
     "ClientUpdate",
+    "EngineModule",
+    "Federation",
+    "FederationHooks",
     "FederatedModuleProtocol",
     "LocalPhase",
     "RoundUploads",
     "ServerState",
+    "derive_seed",
     "non_finite",
     "num_bytes",
+    "seeded",
     "to_cpu",
 ]

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from torch import Tensor
+import torch
+from torch import Tensor, nn
 
 from fedhet.core.spec import ClientSpec
 
@@ -64,3 +65,56 @@ class FederatedModuleProtocol(Protocol):
 
     def evaluation_metrics(self, stage: str) -> Any:
         """A ``torchmetrics.MetricCollection`` that ``validation_step``/``test_step`` update for ``stage``."""
+
+
+class EngineModule(FederatedModuleProtocol, Protocol):
+    """A LightningModule that implements :class:`FederatedModuleProtocol`: the type the engine drives.
+
+    The members below are the LightningModule (and ``nn.Module``) ones the engine calls; the trainer checks a module
+    against ``LightningModule`` and :class:`FederatedModuleProtocol` before any client runs.
+    """
+
+    training: bool
+    local_train_loader: Iterable[Any] | None
+
+    def configure_model(self) -> None:
+        """Create the layers (after :meth:`setup_client`)."""
+
+    def configure_optimizers(self) -> Any:
+        """The client's optimizer (one; see :func:`~fedhet.plugins.local_loop.configure_optimizer`)."""
+
+    def training_step(self, batch: Any, batch_idx: int) -> Any:
+        """One local step's loss (a tensor, or a dict holding it under ``"loss"``)."""
+
+    def validation_step(self, batch: Any, batch_idx: int) -> Any:
+        """Update the ``"val"`` evaluation metrics with one batch."""
+
+    def test_step(self, batch: Any, batch_idx: int) -> Any:
+        """Update the ``"test"`` evaluation metrics with one batch."""
+
+    def on_train_start(self) -> None:
+        """Called before a client's local training."""
+
+    def on_train_end(self) -> None:
+        """Called after a client's local training."""
+
+    def state_dict(self) -> dict[str, Tensor]:
+        """Every parameter and buffer, by name."""
+
+    def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True) -> Any:
+        """Load parameters and buffers by name."""
+
+    def named_parameters(self) -> Iterator[tuple[str, nn.Parameter]]:
+        """The parameters, by name."""
+
+    def named_modules(self) -> Iterator[tuple[str, nn.Module]]:
+        """The layers, by name."""
+
+    def train(self, mode: bool = True) -> Any:
+        """Switch to training mode."""
+
+    def eval(self) -> Any:
+        """Switch to evaluation mode."""
+
+    def to(self, device: torch.device) -> Any:
+        """Move the parameters and buffers to ``device`` (in place)."""

@@ -9,7 +9,8 @@ from fedhet.modules.fedpac import FedPAC
 from fedhet.modules.fedpac_nets import FedPACNet
 from fedhet.modules.flic import FLIC, HetFedRep, HetLocal
 from fedhet.modules.global_layers import GlobalLayers
-from fedhet.modules.hyfem import HybridBody, HybridLocal, HyFEM
+from fedhet.modules.hyfem import HybridLocal, HyFEM
+from fedhet.modules.hyfem_nets import HybridBody
 
 __all__ = [
     "FLIC",

@@ -26,6 +26,7 @@ from torchmetrics import MeanMetric, Metric, MetricCollection
 from torchmetrics.classification import MulticlassAccuracy
 
 from fedhet.core import ClientSpec, LocalPhase
+from fedhet.core.statistics import ATOM_NAMES, GLOBAL_NAMES
 from fedhet.functional.dictionary import (
     atom_batches,
     class_balanced_indices,
@@ -40,8 +41,6 @@ from fedhet.modules.base import FederatedModule
 from fedhet.modules.blocks import mlp
 
 #: what a client uploads (its atom version) and what the server broadcasts (the global dictionary)
-ATOM_NAMES = ("dadil/atom_features", "dadil/atom_labels")
-GLOBAL_NAMES = ("dadil/global_atom_features", "dadil/global_atom_labels")
 #: logit of the true class in the initial atom labels of the softmax parametrisation (softmax(10) is ~1 - 4e-4 c)
 LABEL_LOGIT = 10.0
 

@@ -17,11 +17,9 @@ import torch
 from lightning.pytorch import Callback
 from torch import Tensor
 
+from fedhet.core.statistics import GLOBAL_KERNEL, KERNEL
 from fedhet.functional.representation_kernels import kernel_penalty, random_alignment_inputs
 from fedhet.modules.flic import FLIC
-
-KERNEL = "fedhenn/kernel"
-GLOBAL_KERNEL = "fedhenn/global_kernel"
 
 
 class FedHeNN(FLIC):

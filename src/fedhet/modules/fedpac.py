@@ -18,18 +18,20 @@ from lightning.pytorch import Callback
 from torch import Tensor
 
 from fedhet.core import LocalPhase
+from fedhet.core.statistics import (
+    CENTROIDS,
+    COUNTS,
+    GLOBAL_CENTROIDS,
+    GLOBAL_COUNTS,
+    HEAD_H,
+    HEAD_NAMES,
+    HEAD_PREFIX,
+    HEAD_V,
+)
 from fedhet.functional.centroids import class_feature_sums, feature_alignment_loss, head_statistics
 from fedhet.modules.baselines import FedRep
 
 #: names of the statistics FedPAC uploads (besides the shared body) and receives
-CENTROIDS = "fedpac/centroids"
-COUNTS = "fedpac/counts"
-HEAD_H = "fedpac/H"
-HEAD_V = "fedpac/v"
-HEAD_PREFIX = "fedpac/"
-GLOBAL_CENTROIDS = "fedpac/global_centroids"
-GLOBAL_COUNTS = "fedpac/global_counts"
-HEAD_NAMES = ("head.weight", "head.bias")
 
 
 class FedPAC(FedRep):

@@ -21,17 +21,13 @@ from lightning.pytorch import Callback
 from torch import Tensor, nn
 
 from fedhet.core import ClientSpec, LocalPhase
+from fedhet.core.statistics import ANCHOR_COUNTS, ANCHOR_FACTORS, ANCHOR_MEANS, GLOBAL_FACTORS, GLOBAL_MEANS
 from fedhet.datamodules.tensor_dataset import TensorBatchLoader, TensorPairDataset
 from fedhet.functional.gaussian import bures_sq, class_moments, gaussian_w2_sq, psd_sqrt
 from fedhet.modules.classifier import FederatedClassifier
 from fedhet.modules.flic_nets import Activation, cnn_embedding, mlp_embedding
 
 #: names of the statistics FLIC uploads (its copy of the anchors after local training) and receives
-ANCHOR_MEANS = "flic/anchor_means"
-ANCHOR_FACTORS = "flic/anchor_factors"
-ANCHOR_COUNTS = "flic/anchor_counts"
-GLOBAL_MEANS = "flic/global_anchor_means"
-GLOBAL_FACTORS = "flic/global_anchor_factors"
 PERSONAL = ("body.embed.*", "head.*")
 REPRESENTATION = ("body.hidden.*",)
 

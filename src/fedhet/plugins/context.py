@@ -17,7 +17,6 @@ from typing import Any, Literal, NamedTuple
 
 from lightning.fabric import Fabric
 from lightning.fabric.utilities.apply_func import move_data_to_device
-from lightning.pytorch import LightningModule
 from torch import Tensor
 
 from fedhet.core import (
@@ -25,16 +24,17 @@ from fedhet.core import (
     ClientSpec,
     ClientState,
     ClientUpdate,
+    EngineModule,
     RoundUploads,
     ServerState,
     num_bytes,
     to_cpu,
 )
+from fedhet.core.seeding import derive_seed, seeded
 from fedhet.plugins.client_store import ClientStore
 from fedhet.plugins.hooks import CallbackHooks
 from fedhet.plugins.local_loop import evaluate_client, run_local_training
 from fedhet.plugins.policies import UploadCheck
-from fedhet.plugins.seeding import derive_seed, seeded
 from fedhet.plugins.slots import ModuleSlot
 
 
@@ -109,7 +109,7 @@ class ClientContext:
     def __init__(
         self,
         fabric: Fabric,
-        template: LightningModule,
+        template: EngineModule,
         datamodule: Any,
         seed: int,
         local_epochs: int,
@@ -155,13 +155,14 @@ class ClientContext:
         """The seed of the client's local training draws in ``round_idx`` (shuffling, dropout)."""
         return derive_seed(self.seed, "fit", round_idx, client_id)
 
-    def build(self, client_id: str, seed: int) -> LightningModule:
+    def build(self, client_id: str, seed: int) -> EngineModule:
         """A fresh module for ``client_id``, its layers created under ``seed``."""
         with seeded(seed, [self.fabric.device]):
             module = copy.deepcopy(self.template)
             module.setup_client(self.specs[client_id])
             module.configure_model()
-        return module.to(self.fabric.device)
+        module.to(self.fabric.device)
+        return module
 
     def slot(self, client_id: str) -> ModuleSlot:
         """The module that serves every client with ``client_id``'s architecture (built on first use)."""

@@ -4,18 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import nullcontext
-from typing import Any
+from typing import Any, cast
 
 import torch
 from lightning.fabric import Fabric
 from lightning.fabric.plugins import Precision
-from lightning.pytorch import LightningModule
 from torch.optim import Optimizer
 
-from fedhet.core import LocalPhase
+from fedhet.core import EngineModule, LocalPhase
 
 
-def configure_optimizer(module: LightningModule) -> Optimizer:
+def configure_optimizer(module: EngineModule) -> Optimizer:
     """The single optimizer of ``module.configure_optimizers()`` (bare, in a list, or under ``"optimizer"``)."""
     config: Any = module.configure_optimizers()
     if isinstance(config, Mapping):
@@ -63,7 +62,7 @@ def _cycled(loader: Iterable, epochs: int, steps: int | None) -> Iterator[Any]:
 
 def run_local_training(
     fabric: Fabric,
-    module: LightningModule,
+    module: EngineModule,
     loader: Iterable,
     phases: list[LocalPhase],
     local_epochs: int,
@@ -95,7 +94,8 @@ def run_local_training(
         optimizer.load_state_dict(optimizer_state)
     # full precision needs none of Fabric's loss scaling or autocast: skip their per-step dispatch
     plain = type(fabric.strategy.precision) is Precision
-    step_optimizer = optimizer if plain else fabric.setup_optimizers(optimizer)
+    # one optimizer in, one Fabric-wrapped optimizer out
+    step_optimizer = optimizer if plain else cast(Optimizer, fabric.setup_optimizers(optimizer))
     autocast = nullcontext if plain else fabric.autocast
     backward = torch.Tensor.backward if plain else fabric.backward
     if not module.training:
@@ -130,7 +130,7 @@ def run_local_training(
 
 
 @torch.no_grad()
-def evaluate_client(fabric: Fabric, module: LightningModule, loader: Iterable, stage: str) -> dict[str, float]:
+def evaluate_client(fabric: Fabric, module: EngineModule, loader: Iterable, stage: str) -> dict[str, float]:
     """Run ``validation_step`` (``stage="val"``) or ``test_step`` over ``loader`` and compute the module's metrics."""
     metrics = module.evaluation_metrics(stage)
     if fabric.world_size > 1 and any(m.sync_on_compute for m in metrics.values()):

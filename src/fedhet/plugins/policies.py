@@ -21,9 +21,9 @@ import torch
 from torch import Tensor
 
 from fedhet.core import ClientFailure, ClientUpdate, non_finite
+from fedhet.core.seeding import derive_seed
 from fedhet.plugins.aggregators import Aggregator
 from fedhet.plugins.privacy import UploadPrivacy
-from fedhet.plugins.seeding import derive_seed
 
 log = logging.getLogger(__name__)
 

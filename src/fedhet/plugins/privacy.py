@@ -85,10 +85,10 @@ class UploadPrivacy:
             "statistics_clip_norm": statistics_clip_norm,
             "statistics_noise_multiplier": statistics_noise_multiplier,
         }
-        for field, value in statistics_args.items():
-            if (value is not None and value <= 0) or (self.statistics and value is None):
+        for field, setting in statistics_args.items():
+            if (setting is not None and setting <= 0) or (self.statistics and setting is None):
                 raise ValueError(
-                    f"UploadPrivacy: field '{field}' must be positive (and set when 'statistics' is), got {value}"
+                    f"UploadPrivacy: field '{field}' must be positive (and set when 'statistics' is), got {setting}"
                 )
         self.clip_norm = clip_norm
         self.noise_multiplier = noise_multiplier

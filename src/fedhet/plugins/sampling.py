@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from fedhet.plugins.seeding import derive_seed
+from fedhet.core.seeding import derive_seed
 
 
 class ClientSampler(ABC):

@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import torch
-from lightning.pytorch import LightningModule
 from torch import Tensor
+
+from fedhet.core import EngineModule
 
 
 class ModuleSlot:
@@ -21,7 +22,7 @@ class ModuleSlot:
 
     """
 
-    def __init__(self, module: LightningModule) -> None:
+    def __init__(self, module: EngineModule) -> None:
         self.module = module
         self.shared: list[str] = list(module.shared_state_dict())
         self.refresh()

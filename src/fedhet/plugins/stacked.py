@@ -27,19 +27,18 @@ from typing import Any
 import torch
 from lightning.fabric import Fabric
 from lightning.fabric.plugins import Precision
-from lightning.pytorch import LightningModule
 from torch import Tensor, nn
 from torch.func import functional_call, vmap
 from torch.nn.modules.batchnorm import _NormBase
 from torch.nn.modules.dropout import _DropoutNd
 from torch.optim import SGD, Adagrad, Adam, Adamax, AdamW, NAdam, Optimizer, RAdam, RMSprop
 
-from fedhet.core import LocalPhase, RoundUploads
+from fedhet.core import EngineModule, LocalPhase, RoundUploads
+from fedhet.core.seeding import seeded
 from fedhet.functional.stacking import stack_padded, stack_states, unstack_states
 from fedhet.plugins.context import ClientContext, ClientJob, LocalResult
 from fedhet.plugins.local_loop import configure_optimizer, phase_batches
 from fedhet.plugins.runners import ClientRunner
-from fedhet.plugins.seeding import seeded
 
 ELEMENTWISE_OPTIMIZERS: tuple[type[Optimizer], ...] = (SGD, Adam, AdamW, Adagrad, Adamax, NAdam, RAdam, RMSprop)
 """Optimizers whose step moves each element by its own gradient and state only, so that one of them over stacked
@@ -48,7 +47,7 @@ tensors equals one per client (subclasses are not trusted: they may step otherwi
 _LOSS_HOOKS = ("training_step", "on_train_start", "on_train_end", "client_statistics", "receive_statistics")
 
 
-def stacking_refusal(module: LightningModule) -> str | None:
+def stacking_refusal(module: EngineModule) -> str | None:
     """Why ``module`` cannot train clients in stacks with the sequential path's results, or ``None`` if it can.
 
     A stackable module (its layers built) has a ``sample_losses`` method, and no subclass below the class that defines
@@ -87,7 +86,7 @@ def _optimizer_refusal(optimizer: Optimizer) -> str | None:
     return f"its optimizer {type(optimizer).__name__} is not one of the element-wise optimizers ({names})"
 
 
-def check_stacking(fabric: Fabric, modules: Iterable[LightningModule]) -> None:
+def check_stacking(fabric: Fabric, modules: Iterable[EngineModule]) -> None:
     """Refuse, before any training, a run whose clients cannot train in stacks (see :func:`stacking_refusal`).
 
     Args:
@@ -112,7 +111,9 @@ def check_stacking(fabric: Fabric, modules: Iterable[LightningModule]) -> None:
             )
 
 
-def stacked_optimizer(optimizer: Optimizer, module: nn.Module, leaves: Mapping[str, Tensor]) -> Optimizer:
+def stacked_optimizer(
+    optimizer: Optimizer, module: nn.Module | EngineModule, leaves: Mapping[str, Tensor]
+) -> Optimizer:
     """An optimizer of ``optimizer``'s class, settings and parameter groups over the leaves standing for its parameters.
 
     Args:
@@ -129,15 +130,16 @@ def stacked_optimizer(optimizer: Optimizer, module: nn.Module, leaves: Mapping[s
         raise TypeError(f"cannot step stacked clients: {reason}")
     names = {id(param): name for name, param in module.named_parameters()}
     groups = [{**group, "params": [leaves[names[id(p)]] for p in group["params"]]} for group in optimizer.param_groups]
-    return type(optimizer)(groups)  # every group holds all its settings
+    optimizer_class: Any = type(optimizer)  # an element-wise optimizer: its first argument takes parameter groups
+    return optimizer_class(groups)  # every group holds all its settings
 
 
 class _SampleLosses(nn.Module):
     """``module.sample_losses`` as a ``forward``: ``torch.func.functional_call`` calls a module's ``forward``."""
 
-    def __init__(self, module: nn.Module) -> None:
+    def __init__(self, module: EngineModule) -> None:
         super().__init__()
-        self.module = module
+        self.module: Any = module  # a stackable module: it has sample_losses (and maybe local_penalty)
 
     def forward(self, batch: Sequence[Tensor]) -> Tensor:
         return self.module.sample_losses(batch)
@@ -162,7 +164,7 @@ def _penalised_client_loss(
 
 
 def train_stack(
-    module: LightningModule,
+    module: EngineModule,
     states: Sequence[Mapping[str, Tensor]],
     batches: Sequence[Sequence[Sequence[Sequence[Tensor]]]],
     phases: Sequence[LocalPhase],

@@ -6,7 +6,7 @@ import logging
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import yaml
 from lightning.fabric import Fabric
@@ -14,7 +14,7 @@ from lightning.fabric.loggers import Logger
 from lightning.pytorch import Callback, LightningModule
 from lightning.pytorch.loggers import CSVLogger
 
-from fedhet.core import ClientState, FederatedModuleProtocol, RoundUploads, ServerState
+from fedhet.core import ClientState, EngineModule, FederatedModuleProtocol, RoundUploads, ServerState
 from fedhet.plugins.aggregators import Aggregator, WeightedMean
 from fedhet.plugins.checkpoint import load_checkpoint, save_checkpoint
 from fedhet.plugins.client_store import ClientStore
@@ -190,7 +190,7 @@ class FederatedTrainer:
         self.stack_clients = stack_clients
         self.runner: ClientRunner = StackedRunner(stack_clients) if stack_clients is not None else SequentialRunner()
         self._failure_budget = FailureBudget(max_client_failures)
-        self._fabric_kwargs = {
+        self._fabric_kwargs: dict[str, Any] = {
             "accelerator": accelerator,
             "strategy": strategy,
             "devices": devices,
@@ -218,7 +218,7 @@ class FederatedTrainer:
         state = load_checkpoint(path) if path is not None else None
         self._launch(model, state)
         self._prepare(model, datamodule, "fit")
-        if state is not None:
+        if state is not None and path is not None:
             if (state.get("privacy") is None) != (self.privacy is None):
                 raise ValueError(
                     f"checkpoint {str(path)!r} was written {'without' if self.privacy else 'with'} field 'privacy';"
@@ -367,7 +367,7 @@ class FederatedTrainer:
         self._datamodule = datamodule
         self._context = ClientContext(
             self._fabric,
-            model,
+            cast(EngineModule, model),  # _launch checked that it is a LightningModule implementing the contract
             datamodule,
             self.seed,
             self.local_epochs,
@@ -526,7 +526,7 @@ class FederatedTrainer:
         state = load_checkpoint(path) if path is not None else None
         self._launch(model)  # a new logger version: evaluation never overwrites the training logs
         self._prepare(model, datamodule, "validate" if stage == "val" else "test")
-        if state is not None:
+        if state is not None and path is not None:
             self._restore(state, path)
         metrics = self._evaluate(stage, self.current_round)
         self._fabric.log_dict(metrics, step=self.current_round)

@@ -1,0 +1,27 @@
+"""The engine's typed surface: the trainer is what callbacks are typed against, and hooks keep one signature."""
+
+import inspect
+
+from fedhet.callbacks import FederatedCallback
+from fedhet.core import Federation, FederationHooks
+from fedhet.modules import FedAvg
+from fedhet.plugins import FederatedTrainer
+
+
+def test_the_trainer_is_the_federation_callbacks_are_typed_against(tmp_path, tiny_federation):
+    trainer = FederatedTrainer(
+        rounds=1, accelerator="cpu", logger=False, enable_progress_bar=False, default_root_dir=str(tmp_path)
+    )
+    trainer.fit(FedAvg(hidden_dims=[4]), tiny_federation)
+    assert isinstance(trainer, Federation)
+    assert trainer.context.client_ids == tiny_federation.client_ids
+
+
+def test_every_shipped_callback_hook_takes_the_typed_hooks_arguments():
+    hooks = [name for name in vars(FederationHooks) if name.startswith("on_")]
+    assert len(hooks) == 9
+    for callback in FederatedCallback.__subclasses__():
+        for name in hooks:
+            mine = inspect.signature(getattr(callback, name)).parameters
+            declared = inspect.signature(getattr(FederationHooks, name)).parameters
+            assert set(mine) <= set(declared), f"{callback.__name__}.{name} takes {sorted(set(mine) - set(declared))}"
