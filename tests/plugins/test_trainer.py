@@ -336,3 +336,21 @@ def test_fedbabu_keeps_the_initial_head_and_finetunes_before_evaluation(tmp_path
     plain = make_trainer(tmp_path / "plain", rounds=2)
     plain.fit(FedBABU(hidden_dims=[8], finetune_epochs=0), tiny_federation)
     assert plain.history[-1]["val/acc_mean"] != trainer.history[-1]["val/acc_mean"]  # fine-tuning changes evaluation
+
+
+class LogsAConstant(FedAvg):
+    """FedAvg whose training_step also logs a per-client constant (its number of training samples)."""
+
+    def training_step(self, batch, batch_idx):
+        self.log("train/samples", float(self.spec.num_train))
+        return super().training_step(batch, batch_idx)
+
+
+def test_self_log_in_a_module_reaches_the_rounds_metrics(tmp_path, tiny_federation):
+    rec = Recorder()
+    trainer = make_trainer(tmp_path, rounds=1, callbacks=[rec])
+    trainer.fit(LogsAConstant(hidden_dims=[8]), tiny_federation)
+    sizes = [tiny_federation.specs[c].num_train for c in "abcd"]
+    assert [u.metrics["train/samples"] for u in rec.updates[0]] == [float(n) for n in sizes]
+    assert trainer.history[0]["train/samples_mean"] == pytest.approx(sum(sizes) / len(sizes))
+    assert trainer.history[0]["train/loss_mean"] == pytest.approx(sum(u.metrics["loss"] for u in rec.updates[0]) / 4)

@@ -76,6 +76,9 @@ class EngineModule(FederatedModuleProtocol, Protocol):
 
     training: bool
     local_train_loader: Iterable[Any] | None
+    """The client's training batches during local training (``None`` outside it), for statistics passes."""
+    local_logs: dict[str, list[Tensor]] | None
+    """During local training, a dict where the module's ``self.log`` keeps values (``None`` outside it)."""
 
     def configure_model(self) -> None:
         """Create the layers (after :meth:`setup_client`)."""

@@ -6,6 +6,7 @@ from collections.abc import Callable, Hashable, Iterable, Mapping
 from fnmatch import fnmatchcase
 from typing import Any
 
+import torch
 from lightning.pytorch import LightningModule
 from torch import Tensor
 from torchmetrics import MetricCollection
@@ -40,6 +41,7 @@ class FederatedModule(LightningModule):
         super().__init__()
         self.client_spec: ClientSpec | None = None
         self.local_train_loader: Iterable | None = None
+        self.local_logs: dict[str, list[Tensor]] | None = None
 
     # ---------------------------------------------------------------- the client
     def setup_client(self, spec: ClientSpec) -> None:
@@ -169,6 +171,15 @@ class FederatedModule(LightningModule):
         self._log_evaluation("test")
 
     def log(self, name: str, value: Any, *args: Any, **kwargs: Any) -> None:
-        """Log through Lightning under a Trainer; under the federation engine metrics flow through its own loop."""
+        """Log through Lightning under a Trainer; under the federation engine, into the round's metrics.
+
+        During the engine's local training (:attr:`local_logs` is a dict) each value is kept; the engine averages a
+        name's values over the client's steps into the client's training metrics, and the round logs their mean over
+        the clients as ``<name>_mean`` (e.g. ``train/align_mean``). The stacked path runs no ``training_step`` and so
+        logs nothing of the module's.
+        """
         if self._trainer is not None:
             super().log(name, value, *args, **kwargs)
+        elif self.local_logs is not None:
+            tensor = value.detach() if isinstance(value, Tensor) else torch.as_tensor(float(value))
+            self.local_logs.setdefault(name, []).append(tensor)

@@ -279,10 +279,8 @@ class ClientContext:
         self.slot(client_id).refresh()
 
     # ------------------------------------------------------------------ evaluation
-    def evaluate(
-        self, client_id: str, stage: str, round_idx: int
-    ) -> tuple[dict[str, float], int, dict[str, bool]] | None:
-        """One client's metrics, sample count and metric directions on its ``stage`` split (``None``: no split).
+    def evaluate(self, client_id: str, stage: str, round_idx: int) -> ClientEvaluation | None:
+        """One client's metrics on its ``stage`` split (``None``: it has no such split).
 
         A module with ``adaptation_phases()`` (e.g. FedAvg-FT) first fine-tunes a copy; the client's next load
         restores its real state.

@@ -86,7 +86,8 @@ def run_local_training(
         keep_optimizer_state: return the optimizer's state for the next round.
 
     Returns:
-        ``({"loss": mean training loss, "steps": optimizer steps}, optimizer state dict or None)``.
+        ``({"loss": mean training loss, "steps": optimizer steps, **the mean of each name the module logged},
+        optimizer state dict or None)``.
 
     """
     optimizer = configure_optimizer(module)
@@ -103,6 +104,7 @@ def run_local_training(
     move = fabric.device.type != "cpu"  # in-memory CPU batches need no per-step device dispatch on a CPU run
     losses: list[torch.Tensor] = []
     module.local_train_loader = loader  # the module's statistics passes see the same batches (train_batches())
+    module.local_logs = {}  # what the module's self.log records, averaged into the client's metrics below
     module.on_train_start()
     for phase in phases:
         module.set_local_phase(phase)
@@ -119,13 +121,15 @@ def run_local_training(
     module.set_local_phase(None)
     module.on_train_end()
     module.local_train_loader = None
+    logged, module.local_logs = module.local_logs, None
     if not losses:
         mean_loss = 0.0
     elif move:  # one device-to-host read
         mean_loss = torch.stack(losses).double().mean().item()
     else:  # CPU scalars: reading each is cheaper than stacking them
         mean_loss = sum(loss.item() for loss in losses) / len(losses)
-    metrics = {"loss": mean_loss, "steps": float(len(losses))}
+    metrics = {name: torch.stack(values).double().mean().item() for name, values in (logged or {}).items() if values}
+    metrics.update({"loss": mean_loss, "steps": float(len(losses))})
     return metrics, optimizer.state_dict() if keep_optimizer_state else None
 
 

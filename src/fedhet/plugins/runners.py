@@ -22,11 +22,14 @@ order. A stack whose training raises fails all its clients.
 
 from __future__ import annotations
 
+import logging
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
 from fedhet.core import RoundUploads
-from fedhet.plugins.context import ClientContext, ClientJob
+from fedhet.plugins.context import ClientContext, ClientEvaluation, ClientJob
+
+log = logging.getLogger(__name__)
 
 
 class ClientRunner(ABC):
@@ -52,6 +55,33 @@ class ClientRunner(ABC):
                 context.fail(client_id, err, uploads)
         self.flush(context, uploads)
         return uploads
+
+    def evaluate(
+        self, context: ClientContext, client_ids: Sequence[str], stage: str, round_idx: int
+    ) -> tuple[dict[str, ClientEvaluation], list[str]]:
+        """Evaluate each client of ``client_ids`` on its ``stage`` split, one at a time (both runners).
+
+        A client whose evaluation raises (e.g. its data loader fails) is named in the log and in the failed list; a
+        client without such a split is in neither.
+
+        Returns:
+            each evaluated client's :class:`~fedhet.plugins.context.ClientEvaluation`, and the failed clients.
+
+        """
+        evaluations: dict[str, ClientEvaluation] = {}
+        failed: list[str] = []
+        for client_id in client_ids:
+            try:
+                evaluation = context.evaluate(client_id, stage, round_idx)
+            except Exception as err:  # an evaluation failure must not take a long run down
+                log.warning("round %d: client '%s' left out of the %s evaluation: %s: %s",
+                            round_idx, client_id, stage, type(err).__name__, err)  # fmt: skip
+                failed.append(client_id)
+                context.slot(client_id).refresh()
+                continue
+            if evaluation is not None:
+                evaluations[client_id] = evaluation
+        return evaluations, failed
 
     @abstractmethod
     def submit(self, context: ClientContext, job: ClientJob, uploads: RoundUploads) -> None:

@@ -474,6 +474,9 @@ class FederatedTrainer:
             "comm/bytes_up_total": float(self._comm_totals["up"]),
             "comm/bytes_down_total": float(self._comm_totals["down"]),
         }
+        for name in sorted({name for u in updates for name in u.metrics} - {"loss", "steps"}):  # the modules' self.log
+            values = [u.metrics[name] for u in updates if name in u.metrics]
+            metrics.setdefault(f"{name}_mean", sum(values) / len(values))
         metrics.update(self._server_update.metrics(sample_rate=len(sampled) / len(self._client_ids)))
         if (round_idx + 1) % self.eval_every == 0 or round_idx == self.rounds - 1:
             mark = time.perf_counter()
@@ -490,20 +493,9 @@ class FederatedTrainer:
         A client whose evaluation raises (e.g. its data loader fails) is left out of the summaries, named in the log
         and counted in ``clients/{stage}_failed``; the run goes on.
         """
-        results, failed = [], []
-        for cid in self._client_ids:
-            if not self.owns(cid):
-                continue
-            try:
-                result = self.context.evaluate(cid, stage, round_idx)
-            except Exception as err:  # an evaluation failure must not take a long run down
-                log.warning("round %d: client '%s' left out of the %s evaluation: %s: %s",
-                            round_idx, cid, stage, type(err).__name__, err)  # fmt: skip
-                failed.append(cid)
-                self.context.slot(cid).refresh()
-                continue
-            if result is not None:
-                results.append((cid, *result))
+        owned = [cid for cid in self._client_ids if self.owns(cid)]
+        evaluations, failed = self.runner.evaluate(self.context, owned, stage, round_idx)
+        results = [(cid, *evaluation) for cid, evaluation in evaluations.items()]
         gathered = gather_objects(self._fabric, (results, failed))
         results = [r for part in gathered for r in part[0]]
         if not results:
