@@ -21,6 +21,10 @@ class LocalPhase:
         trainable: ``fnmatch`` patterns of the parameter names trained in this phase; the others are frozen.
         epochs: epochs of local data in this phase; ``None`` takes the trainer's ``local_epochs``.
         steps: optimizer steps in this phase instead of epochs; ``None`` takes the trainer's ``local_steps``.
+        optimizer: which optimizer of the module's ``configure_optimizers()`` steps in this phase (an index into the
+            list it returns; ``0`` when it returns one). A phase with an optimizer of its own runs through the
+            engine like any other (Fabric precision, step counts, seeds), e.g. a pre-training phase that trains an
+            embedding with its own Adam before the round's main phase (FLIC's pre-training).
 
     """
 
@@ -28,6 +32,7 @@ class LocalPhase:
     trainable: tuple[str, ...] = ("*",)
     epochs: int | None = None
     steps: int | None = None
+    optimizer: int = 0
 
 
 @runtime_checkable
@@ -84,7 +89,7 @@ class EngineModule(FederatedModuleProtocol, Protocol):
         """Create the layers (after :meth:`setup_client`)."""
 
     def configure_optimizers(self) -> Any:
-        """The client's optimizer (one; see :func:`~fedhet.plugins.local_loop.configure_optimizer`)."""
+        """The client's optimizers: one, or a list that phases pick from (:attr:`LocalPhase.optimizer`)."""
 
     def training_step(self, batch: Any, batch_idx: int) -> Any:
         """One local step's loss (a tensor, or a dict holding it under ``"loss"``)."""

@@ -126,7 +126,7 @@ class ClientState:
     """What stays on a client between its rounds: personal parameters and, if its method keeps it, optimizer state."""
 
     personal: dict[str, Tensor]
-    optimizer: dict[str, Any] | None = None
+    optimizer: dict[str, Any] | list[dict[str, Any]] | None = None
 
     def state_dict(self) -> dict[str, Any]:
         """Plain containers for the checkpoint."""

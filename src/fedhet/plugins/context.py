@@ -75,7 +75,7 @@ class LocalResult:
     tensors: dict[str, Tensor]
     metrics: dict[str, float]
     statistics: dict[str, Tensor] = field(default_factory=dict)
-    optimizer: dict[str, Any] | None = None
+    optimizer: dict[str, Any] | list[dict[str, Any]] | None = None
     in_module: bool = True
 
 

@@ -14,19 +14,38 @@ from torch.optim import Optimizer
 from fedhet.core import EngineModule, LocalPhase
 
 
-def configure_optimizer(module: EngineModule) -> Optimizer:
-    """The single optimizer of ``module.configure_optimizers()`` (bare, in a list, or under ``"optimizer"``)."""
+def local_optimizers(module: EngineModule) -> list[Optimizer]:
+    """The optimizers of ``module.configure_optimizers()``: one (bare or under ``"optimizer"``) or a list of them.
+
+    Raises:
+        TypeError: naming the module, when it returns anything else (e.g. a scheduler config the engine ignores).
+
+    """
     config: Any = module.configure_optimizers()
     if isinstance(config, Mapping):
         config = config.get("optimizer")
-    if isinstance(config, (list, tuple)) and len(config) == 1:
-        config = config[0]
-    if not isinstance(config, Optimizer):
+    optimizers = list(config) if isinstance(config, (list, tuple)) else [config]
+    if not optimizers or not all(isinstance(optimizer, Optimizer) for optimizer in optimizers):
         raise TypeError(
-            f"{type(module).__name__}.configure_optimizers() must return one optimizer for federated local training,"
-            f" got {type(config).__name__}"
+            f"{type(module).__name__}.configure_optimizers() must return an optimizer or a list of optimizers for"
+            f" federated local training, got {type(config).__name__}"
         )
-    return config
+    return optimizers
+
+
+def configure_optimizer(module: EngineModule) -> Optimizer:
+    """The single optimizer of ``module.configure_optimizers()`` (bare, in a list, or under ``"optimizer"``).
+
+    Raises:
+        TypeError: naming the module, when it gives several (the stacked path steps one).
+
+    """
+    optimizers = local_optimizers(module)
+    if len(optimizers) != 1:
+        raise TypeError(
+            f"{type(module).__name__}.configure_optimizers() must return one optimizer here, got {len(optimizers)}"
+        )
+    return optimizers[0]
 
 
 def phase_batches(loader: Iterable, phase: LocalPhase, local_epochs: int, local_steps: int | None) -> Iterable[Any]:
@@ -67,13 +86,14 @@ def run_local_training(
     phases: list[LocalPhase],
     local_epochs: int,
     local_steps: int | None,
-    optimizer_state: dict[str, Any] | None = None,
+    optimizer_state: dict[str, Any] | list[dict[str, Any]] | None = None,
     keep_optimizer_state: bool = False,
-) -> tuple[dict[str, float], dict[str, Any] | None]:
+) -> tuple[dict[str, float], dict[str, Any] | list[dict[str, Any]] | None]:
     """Train ``module`` on one client's ``loader`` through its phases, with its own ``training_step``.
 
-    One optimizer from ``configure_optimizers()`` serves every phase; a phase freezes the parameters it does not
-    train, so they get no gradient and the optimizer leaves them alone (FedRep's head-then-body schedule).
+    The optimizers of ``configure_optimizers()`` are built once; each phase steps the one it names
+    (:attr:`~fedhet.core.LocalPhase.optimizer`, the first by default) and freezes the parameters it does not train, so
+    they get no gradient and the optimizer leaves them alone (FedRep's head-then-body schedule).
 
     Args:
         fabric: the run's Fabric (device, precision, backward).
@@ -82,21 +102,30 @@ def run_local_training(
         phases: the module's local schedule.
         local_epochs: epochs of a phase whose ``epochs`` is ``None``.
         local_steps: if set, optimizer steps of a phase whose ``steps`` is ``None`` (overrides epochs).
-        optimizer_state: optimizer state from the client's previous round, for methods that keep it.
-        keep_optimizer_state: return the optimizer's state for the next round.
+        optimizer_state: optimizer state from the client's previous round, for methods that keep it (a list of states
+            when the module has several optimizers).
+        keep_optimizer_state: return the optimizers' state for the next round.
 
     Returns:
         ``({"loss": mean training loss, "steps": optimizer steps, **the mean of each name the module logged},
         optimizer state dict or None)``.
 
     """
-    optimizer = configure_optimizer(module)
+    optimizers = local_optimizers(module)
+    for phase in phases:
+        if not 0 <= phase.optimizer < len(optimizers):
+            raise ValueError(
+                f"{type(module).__name__}: local phase '{phase.name}' names optimizer {phase.optimizer}, but"
+                f" configure_optimizers() gives {len(optimizers)}"
+            )
     if optimizer_state is not None:
-        optimizer.load_state_dict(optimizer_state)
+        states = optimizer_state if isinstance(optimizer_state, list) else [optimizer_state]
+        for optimizer, state in zip(optimizers, states, strict=True):
+            optimizer.load_state_dict(state)
     # full precision needs none of Fabric's loss scaling or autocast: skip their per-step dispatch
     plain = type(fabric.strategy.precision) is Precision
-    # one optimizer in, one Fabric-wrapped optimizer out
-    step_optimizer = optimizer if plain else cast(Optimizer, fabric.setup_optimizers(optimizer))
+    wrapped = fabric.setup_optimizers(*optimizers) if not plain else optimizers
+    step_optimizers = cast(list[Optimizer], list(wrapped) if isinstance(wrapped, (list, tuple)) else [wrapped])
     autocast = nullcontext if plain else fabric.autocast
     backward = torch.Tensor.backward if plain else fabric.backward
     if not module.training:
@@ -108,6 +137,7 @@ def run_local_training(
     module.on_train_start()
     for phase in phases:
         module.set_local_phase(phase)
+        step_optimizer = step_optimizers[phase.optimizer]
         for batch_idx, batch in enumerate(phase_batches(loader, phase, local_epochs, local_steps)):
             if move:
                 batch = fabric.to_device(batch)
@@ -130,7 +160,10 @@ def run_local_training(
         mean_loss = sum(loss.item() for loss in losses) / len(losses)
     metrics = {name: torch.stack(values).double().mean().item() for name, values in (logged or {}).items() if values}
     metrics.update({"loss": mean_loss, "steps": float(len(losses))})
-    return metrics, optimizer.state_dict() if keep_optimizer_state else None
+    if not keep_optimizer_state:
+        return metrics, None
+    states = [optimizer.state_dict() for optimizer in optimizers]
+    return metrics, states[0] if len(states) == 1 else states
 
 
 @torch.no_grad()

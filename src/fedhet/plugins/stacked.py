@@ -37,7 +37,7 @@ from fedhet.core import EngineModule, LocalPhase, RoundUploads
 from fedhet.core.seeding import seeded
 from fedhet.functional.stacking import stack_padded, stack_states, unstack_states
 from fedhet.plugins.context import ClientContext, ClientJob, LocalResult
-from fedhet.plugins.local_loop import configure_optimizer, phase_batches
+from fedhet.plugins.local_loop import configure_optimizer, local_optimizers, phase_batches
 from fedhet.plugins.runners import ClientRunner
 
 ELEMENTWISE_OPTIMIZERS: tuple[type[Optimizer], ...] = (SGD, Adam, AdamW, Adagrad, Adamax, NAdam, RAdam, RMSprop)
@@ -76,7 +76,10 @@ def stacking_refusal(module: EngineModule) -> str | None:
             return f"its layer '{name}' ({type(layer).__name__}) normalises with batch statistics"
     if module.client_statistics():
         return "it uploads client_statistics()"
-    return _optimizer_refusal(configure_optimizer(module))
+    optimizers = local_optimizers(module)
+    if len(optimizers) != 1:
+        return f"it has {len(optimizers)} optimizers (a stack steps one)"
+    return _optimizer_refusal(optimizers[0])
 
 
 def _optimizer_refusal(optimizer: Optimizer) -> str | None:
