@@ -1,10 +1,21 @@
+import errno
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
+from fedhet.callbacks import FederatedCallback
 from fedhet.core import ClientState
+from fedhet.datamodules import FederatedDataModule
 from fedhet.modules import FedRep
 from fedhet.plugins import FederatedTrainer
+from fedhet.plugins.checkpoint import load_checkpoint
 from fedhet.plugins.client_store import ClientStore, state_bytes
+from tests.conftest import make_client
 from tests.plugins.test_trainer import _comparable
 
 
@@ -44,7 +55,7 @@ def test_least_recently_used_states_go_to_disk_first(tmp_path):
     store["c"] = _state(3)
     assert "b" in store
     assert store.num_spilled == 1
-    assert (tmp_path / f"{b'b'.hex()}.pt").is_file()
+    assert store.path_of("b").is_file()
 
 
 def test_optimizer_state_is_counted_and_restored(tmp_path):
@@ -98,10 +109,153 @@ def test_spilling_run_equals_in_memory_run_and_resumes(tmp_path, tiny_federation
     assert _comparable(spilling.history) == _comparable(reference.history)
     assert spilling.store.num_spilled == 3
     assert reference.store.num_spilled == 0
-    assert len(list((tmp_path / "disk" / "client_state" / "rank0").iterdir())) == 3
+    assert len(list(spilling.store.spill_dir.iterdir())) == 3
 
     first = trainer(tmp_path / "resumed", 2, 0.0)
     first.fit(FedRep(hidden_dims=[8]), tiny_federation)
     resumed = trainer(tmp_path / "resumed", 3, 0.0)
     resumed.fit(FedRep(hidden_dims=[8]), tiny_federation, ckpt_path="last")
     assert _comparable(resumed.history) == _comparable(reference.history)
+
+
+# ---------------------------------------------------------------- nothing lost on an I/O error (issue 16, item 1)
+@pytest.mark.parametrize("client_id", ["x" * 200, "caf\u00e9-\ud800", "a/b", "../up", ""])
+def test_any_client_id_spills_and_comes_back(tmp_path, client_id):
+    store = ClientStore(32, tmp_path / "spill")
+    store[client_id], store["other"] = _state(7.0), _state(1.0)
+    assert store.num_spilled == 1
+    assert len(store.path_of(client_id).name) == len(store.path_of("other").name)
+    assert [p.parent for p in (tmp_path / "spill").iterdir()] == [tmp_path / "spill"]
+    assert torch.equal(store[client_id].personal["w"], torch.full((8,), 7.0))
+    assert dict(store.state_dicts()).keys() == {client_id, "other"}
+
+
+def _failing_save(*args, **kwargs):
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def test_a_failed_spill_keeps_the_state_in_memory_and_warns_once(tmp_path, monkeypatch, caplog):
+    store = ClientStore(32, tmp_path / "spill")
+    store["a"], store["b"] = _state(1.0), _state(2.0)  # "a" on disk
+    monkeypatch.setattr(torch, "save", _failing_save)  # the disk is full from now on
+    with caplog.at_level(logging.WARNING, logger="fedhet.plugins.client_store"):
+        assert float(store["a"].personal["w"][0]) == 1.0  # reading "a" must push "b" out, which fails
+        store["c"] = _state(3.0)
+        store["d"] = _state(4.0)
+    assert [r.getMessage().count("No space left") for r in caplog.records] == [1]
+    assert {cid: float(store[cid].personal["w"][0]) for cid in "abcd"} == {"a": 1, "b": 2, "c": 3, "d": 4}
+    assert store.memory_bytes == 4 * 32  # over the budget rather than lost
+    assert not [p for p in (tmp_path / "spill").iterdir() if p.suffix == ".tmp"]
+    monkeypatch.undo()  # space again: the next write spills down to the budget
+    store["e"] = _state(5.0)
+    assert store.memory_bytes == 32
+    assert {cid: float(store[cid].personal["w"][0]) for cid in "abcde"} == dict(zip("abcde", range(1, 6), strict=True))
+
+
+def test_a_failed_read_names_the_client_and_keeps_its_file(tmp_path, monkeypatch):
+    store = ClientStore(32, tmp_path / "spill")
+    store["a"], store["b"] = _state(1.0), _state(2.0)
+    path = store.path_of("a")
+
+    def failing_load(*args, **kwargs):
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(torch, "load", failing_load)
+    with pytest.raises(RuntimeError, match="client 'a': its spilled state"):
+        store["a"]
+    monkeypatch.undo()
+    assert path.is_file()
+    assert float(store["a"].personal["w"][0]) == 1.0
+    assert not path.exists()  # deleted once the state is back
+
+
+def _spilling_trainer(root, rounds=2, **kwargs):
+    return FederatedTrainer(
+        rounds=rounds,
+        accelerator="cpu",
+        enable_progress_bar=False,
+        default_root_dir=str(root),
+        client_state_budget_mb=0.0,
+        **kwargs,
+    )
+
+
+def test_a_client_with_a_long_id_keeps_its_state_and_reaches_the_checkpoint(tmp_path):
+    long_id = "client-" + "\u00e9" * 120  # 247 UTF-8 bytes: longer than a file name may be
+    federation = FederatedDataModule(
+        [make_client("a", 40, 0, classes=(0, 1)), make_client(long_id, 32, 1), make_client("c", 48, 2)]
+    )
+    reference = FederatedTrainer(rounds=3, accelerator="cpu", enable_progress_bar=False, default_root_dir=str(tmp_path))
+    reference.fit(FedRep(hidden_dims=[8]), federation)
+    spilling = _spilling_trainer(tmp_path / "disk", rounds=3)
+    spilling.fit(FedRep(hidden_dims=[8]), federation)
+    assert _comparable(spilling.history) == _comparable(reference.history)
+    clients = load_checkpoint(tmp_path / "disk" / "checkpoints" / "last.ckpt")["clients"]
+    assert set(clients) == {"a", long_id, "c"}
+    for name, value in reference.store[long_id].personal.items():
+        assert torch.equal(clients[long_id]["personal"][name], value)
+
+
+# ---------------------------------------------------------------- a folder owned by the run (issue 16, item 2)
+def test_two_stores_on_one_folder_are_refused(tmp_path):
+    first = ClientStore(32, tmp_path / "spill")
+    with pytest.raises(RuntimeError, match="in use by another client store"):
+        ClientStore(32, tmp_path / "spill")
+    first.close()
+    ClientStore(32, tmp_path / "spill").close()  # free again once the first is closed
+
+
+class SecondProcess(FederatedCallback):
+    """While the run trains, what `fedhet test --ckpt_path last` on the same root does."""
+
+    def __init__(self, root, federation):
+        self.root, self.federation, self.metrics = root, federation, None
+
+    def on_round_end(self, round_idx):
+        if round_idx == 1:  # the run has written last.ckpt after round 0
+            self.metrics = _spilling_trainer(self.root).test(FedRep(hidden_dims=[8]), self.federation, "last")
+
+
+def test_a_second_trainer_on_the_same_root_leaves_the_live_runs_states(tmp_path, tiny_federation):
+    reference = _spilling_trainer(tmp_path / "alone", rounds=3)
+    reference.fit(FedRep(hidden_dims=[8]), tiny_federation)
+    second = SecondProcess(tmp_path / "shared", tiny_federation)
+    live = _spilling_trainer(tmp_path / "shared", rounds=3, callbacks=[second])
+    live.fit(FedRep(hidden_dims=[8]), tiny_federation)
+    assert second.metrics  # the second trainer did evaluate from the live run's checkpoint
+    assert _comparable(live.history) == _comparable(reference.history)
+
+
+RUN_AND_EXIT = """
+import sys
+from fedhet.datamodules import FederatedDataModule
+from fedhet.modules import FedRep
+from fedhet.plugins import FederatedTrainer
+from tests.conftest import make_client
+
+root, keep = sys.argv[1], sys.argv[2] == "keep"
+federation = FederatedDataModule([make_client(c, 24, i) for i, c in enumerate("abcd")])
+trainer = FederatedTrainer(rounds=1, accelerator="cpu", enable_progress_bar=False, default_root_dir=root,
+                           client_state_budget_mb=0.0, keep_client_state=keep)
+trainer.fit(FedRep(hidden_dims=[8]), federation)
+folder = trainer.store.spill_dir
+(folder / "notes.txt").write_text("not the store's")
+print(folder, len(list(folder.glob("*.pt"))))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("keep", [False, True])
+def test_the_spill_folder_goes_at_the_end_of_the_run_unless_kept(tmp_path, keep):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path.cwd()), *sys.path])}
+    done = subprocess.run(
+        [sys.executable, "-c", RUN_AND_EXIT, str(tmp_path), "keep" if keep else "drop"],
+        capture_output=True, text=True, env=env, check=True, timeout=300,
+    )  # fmt: skip
+    folder, spilled_during_run = done.stdout.split()
+    folder = Path(folder)
+    assert folder.parent == tmp_path / "client_state"
+    assert int(spilled_during_run) == 3
+    assert len(list(folder.glob("*.pt"))) == (3 if keep else 0)
+    assert (folder / "notes.txt").read_text() == "not the store's"  # a file the store did not write stays
+    assert Path(f"{folder}.lock").exists() == keep

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from fedhet.plugins.files import atomic_torch_save, path_under
 
 FORMAT = "fedhet-federation-checkpoint"
 VERSION = 1
@@ -23,16 +23,7 @@ def save_checkpoint(path: str | Path, state: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     for orphan in path.parent.glob(f".{path.name}.*.tmp"):  # left by a process killed while writing
         orphan.unlink(missing_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save({"format": FORMAT, "version": VERSION, **state}, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_torch_save({"format": FORMAT, "version": VERSION, **state}, path)
 
 
 def load_checkpoint(path: str | Path) -> dict[str, Any]:
@@ -49,3 +40,24 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     if state.get("version") != VERSION:
         raise ValueError(f"checkpoint {str(path)!r} has format version {state.get('version')}, expected {VERSION}")
     return state
+
+
+def resumed_logger_version(state: dict[str, Any], logs_dir: str | Path, source: str | Path) -> int | str | None:
+    """The CSV logger version a resumed run writes to, refused unless it names a folder inside ``logs_dir``.
+
+    A checkpoint is untrusted input: a version such as ``"../../elsewhere"`` would make the logger write (and
+    overwrite) ``metrics.csv`` and ``hparams.yaml`` outside the run.
+
+    Raises:
+        ValueError: naming ``source`` and the field ``logger_versions`` when the version is not an ``int`` or a
+            relative folder inside ``logs_dir``.
+
+    """
+    versions = state.get("logger_versions") or []
+    if not isinstance(versions, list):
+        raise ValueError(f"checkpoint {str(source)!r}: field 'logger_versions' must be a list, got {versions!r}")
+    version = versions[0] if versions else None
+    if version is None or (isinstance(version, int) and not isinstance(version, bool) and version >= 0):
+        return version
+    path_under(logs_dir, version, "logger_versions", f"checkpoint {str(source)!r}")
+    return version

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, Literal, cast
@@ -16,7 +17,7 @@ from lightning.pytorch.loggers import CSVLogger
 
 from fedhet.core import ClientState, EngineModule, FederatedModuleProtocol, RoundUploads, ServerState
 from fedhet.plugins.aggregators import Aggregator, WeightedMean
-from fedhet.plugins.checkpoint import load_checkpoint, save_checkpoint
+from fedhet.plugins.checkpoint import load_checkpoint, resumed_logger_version, save_checkpoint
 from fedhet.plugins.client_store import ClientStore
 from fedhet.plugins.context import ClientContext
 from fedhet.plugins.distributed import check_multi_node_launch, gather_objects, owner_rank
@@ -90,8 +91,10 @@ class FederatedTrainer:
             depends on the machine, so a run that drops stragglers is only reproducible where the same clients
             straggle.
         client_state_budget_mb: keep at most this many MiB of clients' personal state (and kept optimizer state) in
-            memory per process; the least recently trained clients' states spill to ``<root>/client_state/`` and are
-            read back when those clients next take part. ``None`` keeps every state in memory.
+            memory per process; the least recently trained clients' states spill to a folder of this run's own,
+            ``<root>/client_state/<run>-rank<r>/``, locked while the run uses it, and are read back when those clients
+            next take part. The folder is deleted when the trainer is done with it (garbage collected, or at exit)
+            unless ``keep_client_state``; no other run's folder is touched. ``None`` keeps every state in memory.
         privacy: client-level differential privacy of the uploads (:class:`~fedhet.plugins.UploadPrivacy`): clipped
             updates, Gaussian noise on the aggregate of the shared parameters (uniform over clients, so ``aggregator``
             must be left unset) and on the chosen statistics, and ``privacy/epsilon`` logged every round.
@@ -102,6 +105,8 @@ class FederatedTrainer:
             ``on_client_fit_end`` after. Needs a module with ``sample_losses`` (Local, FedAvg, FedPer, FedRep,
             FedBABU...), an element-wise optimizer, full precision and no ``client_time_budget_s``; ``fit`` refuses
             other runs with an error naming the reason. ``None``: one client at a time.
+        keep_client_state: leave the spilled client states on disk after the run (for inspection); the checkpoint
+            holds every state either way.
 
     """
 
@@ -131,6 +136,7 @@ class FederatedTrainer:
         client_time_budget_s: float | None = None,
         privacy: UploadPrivacy | None = None,
         stack_clients: int | None = None,
+        keep_client_state: bool = False,
     ) -> None:
         for name, value, low in (
             ("rounds", rounds, 1),
@@ -188,6 +194,7 @@ class FederatedTrainer:
         self.client_time_budget_s = client_time_budget_s
         self.privacy = privacy
         self.stack_clients = stack_clients
+        self.keep_client_state = keep_client_state
         self.runner: ClientRunner = StackedRunner(stack_clients) if stack_clients is not None else SequentialRunner()
         self._failure_budget = FailureBudget(max_client_failures)
         self._fabric_kwargs: dict[str, Any] = {
@@ -205,6 +212,7 @@ class FederatedTrainer:
         self.server_state = ServerState()
         self.history: list[dict[str, float]] = []
         self.current_round = 0
+        self._run_name = f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}"
         self._store = ClientStore()
         self._context: ClientContext | None = None
         self._comm_totals = {"up": 0, "down": 0}
@@ -216,7 +224,7 @@ class FederatedTrainer:
         """Train the federation for ``rounds`` rounds, resuming from ``ckpt_path`` (``"last"``: the latest)."""
         path = self._resolve_ckpt(ckpt_path, required=False)
         state = load_checkpoint(path) if path is not None else None
-        self._launch(model, state)
+        self._launch(model, state, path)
         self._prepare(model, datamodule, "fit")
         if state is not None and path is not None:
             if (state.get("privacy") is None) != (self.privacy is None):
@@ -324,7 +332,9 @@ class FederatedTrainer:
                 callbacks.append(RichRoundProgress())
         return callbacks
 
-    def _launch(self, model: LightningModule, resume_from: dict[str, Any] | None = None) -> None:
+    def _launch(
+        self, model: LightningModule, resume_from: dict[str, Any] | None = None, path: Path | None = None
+    ) -> None:
         if not isinstance(model, LightningModule) or not isinstance(model, FederatedModuleProtocol):
             raise TypeError(
                 f"FederatedTrainer needs a LightningModule implementing the federated module contract"
@@ -333,8 +343,8 @@ class FederatedTrainer:
         if self.fabric is not None:
             return
         if self._default_logger and not self.loggers:
-            versions = resume_from["logger_versions"] if resume_from else []
-            version = versions[0] if versions else None
+            logs_dir = self.default_root_dir / "logs"
+            version = resumed_logger_version(resume_from, logs_dir, path) if resume_from else None
             self.loggers = [CSVLogger(save_dir=self.default_root_dir, name="logs", version=version)]
         check_multi_node_launch(int(self._fabric_kwargs["num_nodes"]))
         callbacks = self._callbacks_for(model)
@@ -405,13 +415,16 @@ class FederatedTrainer:
         self._has_state = True
 
     def _new_store(self) -> ClientStore:
-        """An empty client state store, spilling to ``<root>/client_state/rank<r>`` past ``client_state_budget_mb``."""
+        """An empty client state store, spilling to :meth:`_spill_dir` past ``client_state_budget_mb``."""
+        self._store.close()  # releases the folder of the store it replaces
         if self.client_state_budget_mb is None:
             return ClientStore()
-        spill_dir = self.default_root_dir / "client_state" / f"rank{self._fabric.global_rank}"
-        store = ClientStore(int(self.client_state_budget_mb * 2**20), spill_dir)
-        store.clear()  # states spilled by an earlier run are stale: the checkpoint is the truth
-        return store
+        budget = int(self.client_state_budget_mb * 2**20)
+        return ClientStore(budget, self._spill_dir(), keep_spilled=self.keep_client_state)
+
+    def _spill_dir(self) -> Path:
+        """This run's and process's own folder for spilled client states (locked by its store; no other run's)."""
+        return self.default_root_dir / "client_state" / f"{self._run_name}-rank{self._fabric.global_rank}"
 
     def owns(self, client_id: str) -> bool:
         """Whether this process trains and keeps the state of ``client_id``."""
