@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Any
 
@@ -10,36 +11,79 @@ import torch
 from fedhet.plugins.files import atomic_torch_save, path_under
 
 FORMAT = "fedhet-federation-checkpoint"
-VERSION = 1
+VERSION = 2  # 2: the state under "state", with its SHA-256 (payload_digest) under "sha256"
+
+
+def payload_digest(state: Any) -> str:
+    """SHA-256 of a checkpoint's content: its structure, scalars and every tensor's dtype, shape and bytes, in order.
+
+    The same for a state and what ``torch.load`` reads back from its file, so a changed byte is detected wherever it
+    falls (tensor data or structure).
+    """
+    digest = hashlib.sha256()
+
+    def visit(value: Any) -> None:
+        if isinstance(value, torch.Tensor):
+            tensor = value.detach().cpu().contiguous()
+            digest.update(f"T{tensor.dtype}{tuple(tensor.shape)}:".encode())
+            digest.update(tensor.view(-1).view(torch.uint8).numpy().tobytes())
+        elif isinstance(value, dict):
+            digest.update(f"D{len(value)}:".encode())
+            for key, item in value.items():
+                visit(key)
+                visit(item)
+        elif isinstance(value, (list, tuple)):
+            digest.update(f"{type(value).__name__[0]}{len(value)}:".encode())
+            for item in value:
+                visit(item)
+        else:
+            digest.update(f"{type(value).__name__}={value!r};".encode())
+
+    visit(state)
+    return digest.hexdigest()
 
 
 def save_checkpoint(path: str | Path, state: dict[str, Any]) -> None:
     """Write ``state`` to ``path`` atomically: a temporary file in the same folder, flushed, then renamed.
 
-    A process killed while writing leaves the previous checkpoint intact; its temporary file is removed by the next
-    write.
+    The file holds ``state`` with its :func:`payload_digest`: :func:`load_checkpoint` refuses a file whose content
+    does not hash to it (a flipped bit, a changed value). A process killed while writing leaves the previous checkpoint
+    intact; its temporary file is removed by the next write.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     for orphan in path.parent.glob(f".{path.name}.*.tmp"):  # left by a process killed while writing
         orphan.unlink(missing_ok=True)
-    atomic_torch_save({"format": FORMAT, "version": VERSION, **state}, path)
+    atomic_torch_save({"format": FORMAT, "version": VERSION, "sha256": payload_digest(state), "state": state}, path)
 
 
 def load_checkpoint(path: str | Path) -> dict[str, Any]:
-    """Read a checkpoint written by :func:`save_checkpoint`, refusing truncated or foreign files with a clear error."""
+    """Read a checkpoint written by :func:`save_checkpoint`, refusing truncated, corrupted or foreign files.
+
+    Raises:
+        FileNotFoundError: when ``path`` is not a file.
+        ValueError: naming ``path`` when it is not a fedhet checkpoint of this format version, or its content does
+            not match its checksum.
+
+    """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint {str(path)!r} does not exist")
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        saved = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:
         raise ValueError(f"checkpoint {str(path)!r} could not be read (truncated or not a torch file): {err}") from err
-    if not isinstance(state, dict) or state.get("format") != FORMAT:
+    if not isinstance(saved, dict) or saved.get("format") != FORMAT:
         raise ValueError(f"checkpoint {str(path)!r} is not a fedhet federation checkpoint")
-    if state.get("version") != VERSION:
-        raise ValueError(f"checkpoint {str(path)!r} has format version {state.get('version')}, expected {VERSION}")
-    return state
+    if saved.get("version") != VERSION:
+        raise ValueError(f"checkpoint {str(path)!r} has format version {saved.get('version')}, expected {VERSION}")
+    state = saved.get("state")
+    if not isinstance(state, dict) or payload_digest(state) != saved.get("sha256"):
+        raise ValueError(
+            f"checkpoint {str(path)!r} is corrupted: its content does not match its SHA-256 checksum (a changed or"
+            " damaged file); resume from an intact copy"
+        )
+    return {"format": FORMAT, "version": VERSION, **state}
 
 
 def resumed_logger_version(state: dict[str, Any], logs_dir: str | Path, source: str | Path) -> int | str | None:

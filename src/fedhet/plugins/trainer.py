@@ -21,6 +21,7 @@ from fedhet.plugins.checkpoint import load_checkpoint, resumed_logger_version, s
 from fedhet.plugins.client_store import ClientStore
 from fedhet.plugins.context import ClientContext
 from fedhet.plugins.distributed import check_multi_node_launch, gather_objects, owner_rank
+from fedhet.plugins.fingerprint import callback_keys, fingerprint_differences, run_fingerprint, stateful
 from fedhet.plugins.hooks import CallbackHooks
 from fedhet.plugins.policies import FailureBudget, PlainUpdate, PrivateUpdate, ServerUpdate, upload_checks
 from fedhet.plugins.privacy import UploadPrivacy
@@ -396,6 +397,7 @@ class FederatedTrainer:
             if self.privacy is not None
             else PlainUpdate(self.aggregator or getattr(model, "configure_aggregator", WeightedMean)())
         )
+        self._fingerprint: dict[str, Any] | None = None
         if not self._has_state:
             self._init_server()
 
@@ -557,7 +559,8 @@ class FederatedTrainer:
         """Write the whole federation (server, every client, callbacks, history) to ``path``, atomically."""
         fabric = self._fabric
         stores = gather_objects(fabric, dict(self._store.state_dicts()))
-        callbacks = {self._callback_key(cb): cb.state_dict() for cb in self.callbacks if hasattr(cb, "state_dict")}
+        with_state = stateful(self.callbacks)
+        callbacks = {key: cb.state_dict() for key, cb in zip(callback_keys(with_state), with_state, strict=True)}
         if fabric.is_global_zero:
             save_checkpoint(
                 path,
@@ -572,6 +575,7 @@ class FederatedTrainer:
                     "comm_totals": dict(self._comm_totals),
                     "privacy": self._server_update.state_dict(),
                     "logger_versions": [lg.version for lg in fabric.loggers],
+                    "fingerprint": self._run_fingerprint(),
                 },
             )
             for logger in fabric.loggers:
@@ -589,6 +593,9 @@ class FederatedTrainer:
             raise ValueError(
                 f"checkpoint {str(path)!r} was written with seed {state['seed']}, field 'seed' is {self.seed}"
             )
+        differences = fingerprint_differences(state["fingerprint"], self._run_fingerprint())
+        if differences:
+            raise ValueError(f"checkpoint {str(path)!r} was written by another run: " + "; ".join(differences))
         if state.get("privacy") is not None:
             self._server_update.load_state_dict(state["privacy"])
         self.server_state.load_state_dict(state["server"])
@@ -596,8 +603,8 @@ class FederatedTrainer:
         for cid, client_state in state["clients"].items():
             if self.owns(cid):
                 self._store[cid] = ClientState.from_state_dict(client_state)
-        for cb in self.callbacks:
-            key = self._callback_key(cb)
+        with_state = stateful(self.callbacks)
+        for key, cb in zip(callback_keys(with_state), with_state, strict=True):
             if key in state["callbacks"] and hasattr(cb, "load_state_dict"):
                 cb.load_state_dict(state["callbacks"][key])
         self.history = list(state["history"])
@@ -608,9 +615,13 @@ class FederatedTrainer:
             for metrics in self.history:  # the resumed CSV file starts afresh: write the rounds already run
                 self._fabric.log_dict(metrics, step=int(metrics["round"]))
 
-    @staticmethod
-    def _callback_key(callback: Any) -> str:
-        return str(getattr(callback, "state_key", type(callback).__qualname__))
+    def _run_fingerprint(self) -> dict[str, Any]:
+        """What this run is (:func:`~fedhet.plugins.fingerprint.run_fingerprint`), computed once per fit/test."""
+        if self._fingerprint is None:
+            context = self.context
+            clients = {cid: context.client_data(cid) for cid in self._client_ids}
+            self._fingerprint = run_fingerprint(context.template, clients, context.specs, self.callbacks)
+        return self._fingerprint
 
     def _log_run_config(self, model: LightningModule) -> None:
         class_path = f"{type(model).__module__}.{type(model).__qualname__}"
