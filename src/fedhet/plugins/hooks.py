@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 _Target = tuple[Callable[..., Any], tuple[str, ...] | None]
@@ -43,6 +44,16 @@ class CallbackHooks:
             kwargs = {**self.bound, **kwargs}
         for method, names in targets:
             method(**(kwargs if names is None else {name: kwargs[name] for name in names if name in kwargs}))
+
+    def each(self, hook: str, **kwargs: Any) -> Iterator[tuple[Any, Callable[[], None]]]:
+        """``(callback, run)`` for each callback that has ``hook``; ``run()`` calls it as :meth:`__call__` would.
+
+        For a caller that checks what each callback did, or names the one that raised (the server step does both).
+        """
+        kwargs = {**self.bound, **kwargs}
+        for method, names in self._targets_of(hook):
+            arguments = kwargs if names is None else {name: kwargs[name] for name in names if name in kwargs}
+            yield getattr(method, "__self__", method), functools.partial(method, **arguments)
 
     def defines(self, hook: str) -> bool:
         """Whether some callback has a callable ``hook``."""

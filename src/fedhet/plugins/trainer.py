@@ -27,6 +27,7 @@ from fedhet.plugins.policies import FailureBudget, PlainUpdate, PrivateUpdate, S
 from fedhet.plugins.privacy import UploadPrivacy
 from fedhet.plugins.runners import ClientRunner, SequentialRunner
 from fedhet.plugins.sampling import ClientSampler, FullParticipation
+from fedhet.plugins.server_step import check_server_state, run_server_hook
 from fedhet.plugins.stacked import StackedRunner, check_stacking
 from fedhet.plugins.summaries import summarize_clients
 
@@ -467,9 +468,10 @@ class FederatedTrainer:
         mark = time.perf_counter()
         shared = self.server_state.shared
         updates = self._server_update.prepare(updates, shared, round_idx)
-        self._hooks("on_aggregate_start", round_idx=round_idx, updates=updates)
+        run_server_hook(self._hooks, "on_aggregate_start", round_idx, self.server_state, updates=updates)
         shared.update(self._server_update.aggregate(updates, shared, len(sampled), round_idx))
-        self._hooks("on_aggregate_end", round_idx=round_idx, server_state=self.server_state, updates=updates)
+        check_server_state(self.server_state, round_idx, "the aggregator")
+        run_server_hook(self._hooks, "on_aggregate_end", round_idx, self.server_state, updates=updates)
         spans["time/aggregate_s"] = time.perf_counter() - mark
 
         bytes_up = sum(u.num_bytes for u in updates)
