@@ -102,7 +102,12 @@ def test_statistics_are_clipped_and_noised_per_client_and_accounted(tmp_path, ti
     clip_s, z_s, z = 0.3, 2.0, 1.0
     spy = Spy()
     privacy = UploadPrivacy(
-        1.0, z, statistics=[CENTROIDS], statistics_clip_norm=clip_s, statistics_noise_multiplier=z_s
+        1.0,
+        z,
+        statistics=[CENTROIDS],
+        statistics_clip_norm=clip_s,
+        statistics_noise_multiplier=z_s,
+        public_statistics=[COUNTS],  # declared public: uploaded raw, outside epsilon
     )
     trainer = make_trainer(tmp_path, privacy, rounds=2, callbacks=[spy])
     module = FedPAC(hidden_dims=[64], head_epochs=1, classifier_collaboration=False)
@@ -179,3 +184,18 @@ def test_privacy_is_configurable_from_yaml(tmp_path, monkeypatch):
     privacy = cli.trainer.privacy
     assert isinstance(privacy, UploadPrivacy)
     assert (privacy.clip_norm, privacy.noise_multiplier, privacy.delta) == (0.5, 1.2, 1e-6)
+
+
+def test_statistics_neither_covered_nor_declared_public_are_refused_before_anything_is_used(tmp_path, tiny_federation):
+    privacy = UploadPrivacy(1.0, 1.0)  # no 'statistics' patterns: FedPAC's centroids, counts and heads uncovered
+    trainer = make_trainer(tmp_path, privacy)
+    with pytest.raises(ValueError, match=r"client 'a': statistics \[.*centroids.*\] would leave the client") as err:
+        trainer.fit(FedPAC(hidden_dims=[8], head_epochs=1), tiny_federation)
+    assert "'public_statistics'" in str(err.value)
+    assert trainer.history == []  # no round was aggregated or logged: no epsilon was reported
+    assert not (tmp_path / "checkpoints").exists()
+
+    public = UploadPrivacy(1.0, 1.0, public_statistics=["*"])  # the user's explicit choice: all public
+    trainer = make_trainer(tmp_path / "public", public, rounds=1)
+    trainer.fit(FedPAC(hidden_dims=[8], head_epochs=1), tiny_federation)
+    assert trainer.history[-1]["privacy/epsilon"] > 0

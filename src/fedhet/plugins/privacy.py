@@ -33,8 +33,11 @@ class UploadPrivacy:
     **Statistics** (per-client noise): the statistics whose names match ``statistics`` (centroids, anchors, atoms...)
     are clipped jointly to ``statistics_clip_norm`` and each client adds its own
     :math:`\mathcal{N}(0, z_s^2 C_s^2 I)` before upload, so whatever the server does with them is covered. Integer
-    statistics cannot carry Gaussian noise and are refused; statistics left unmatched are uploaded as they
-    are and **not covered** by :math:`\varepsilon` (a warning names them).
+    statistics cannot carry Gaussian noise and are refused. A statistic matched by neither ``statistics`` nor
+    ``public_statistics`` is refused at the first upload, before anything is aggregated, logged or saved: the user
+    must either cover it or declare it public. Public statistics are uploaded as they are and are **not covered** by
+    :math:`\varepsilon` (a warning names them). Every upload also carries the client's training-set size
+    (``ClientUpdate.num_samples``) and its training loss, which are not noised either.
 
     **Accounting**: each round composes a sampled Gaussian mechanism of rate :math:`q` = sampled / clients and noise
     multiplier :math:`z` (and one with :math:`z_s` for statistics) in Opacus's Rényi-DP accountant
@@ -51,6 +54,8 @@ class UploadPrivacy:
         statistics: ``fnmatch`` patterns of the statistic names to clip and noise.
         statistics_clip_norm: :math:`C_s`; required when ``statistics`` is not empty.
         statistics_noise_multiplier: :math:`z_s > 0`; required when ``statistics`` is not empty.
+        public_statistics: ``fnmatch`` patterns of the statistic names the user declares public: uploaded without
+            clipping or noise and outside :math:`\varepsilon` (e.g. class counts the task publishes anyway).
 
     Example:
         >>> privacy = UploadPrivacy(clip_norm=1.0, noise_multiplier=1.1, delta=1e-5)
@@ -67,6 +72,7 @@ class UploadPrivacy:
         statistics: Sequence[str] = (),
         statistics_clip_norm: float | None = None,
         statistics_noise_multiplier: float | None = None,
+        public_statistics: Sequence[str] = (),
     ) -> None:
         try:
             from opacus.accountants import RDPAccountant
@@ -81,6 +87,7 @@ class UploadPrivacy:
             if not valid:
                 raise ValueError(f"UploadPrivacy: field '{field}' must be {expected}, got {value}")
         self.statistics = tuple(statistics)
+        self.public_statistics = tuple(public_statistics)
         statistics_args = {
             "statistics_clip_norm": statistics_clip_norm,
             "statistics_noise_multiplier": statistics_noise_multiplier,
@@ -96,7 +103,7 @@ class UploadPrivacy:
         self.statistics_clip_norm = statistics_clip_norm
         self.statistics_noise_multiplier = statistics_noise_multiplier
         self.accountant = RDPAccountant()
-        self._uncovered_warned: set[str] = set()
+        self._public_warned: set[str] = set()
 
     # ---------------------------------------------------------------- per client, before upload
     def privatize(
@@ -113,8 +120,8 @@ class UploadPrivacy:
             a new upload whose ``shared`` is ``received + clip(update.shared - received)``.
 
         Raises:
-            ValueError: naming the client and the tensor, when a shared parameter was not received from the server
-                or a statistic to noise is not floating point.
+            ValueError: naming the client and the tensor, when a shared parameter was not received from the server,
+                a statistic to noise is not floating point, or a statistic is neither covered nor declared public.
 
         """
         missing = [name for name in update.shared if name not in received]
@@ -130,11 +137,20 @@ class UploadPrivacy:
 
     def _privatize_statistics(self, update: ClientUpdate, generator: torch.Generator) -> dict[str, Tensor]:
         covered = {n: t for n, t in update.statistics.items() if any(fnmatchcase(n, p) for p in self.statistics)}
-        uncovered = sorted(set(update.statistics) - set(covered) - self._uncovered_warned)
-        if uncovered:
+        uncovered = sorted(set(update.statistics) - set(covered))
+        public = [n for n in uncovered if any(fnmatchcase(n, p) for p in self.public_statistics)]
+        refused = [n for n in uncovered if n not in public]
+        if refused:
+            raise ValueError(
+                f"client '{update.client_id}': statistics {refused} would leave the client without clipping or noise,"
+                " outside epsilon; cover them with UploadPrivacy field 'statistics' (with 'statistics_clip_norm' and"
+                " 'statistics_noise_multiplier') or declare them public with field 'public_statistics'"
+            )
+        unannounced = [n for n in public if n not in self._public_warned]
+        if unannounced:
             log.warning("privacy: statistics %s leave the clients without clipping or noise: epsilon does not cover"
-                        " them", uncovered)  # fmt: skip
-            self._uncovered_warned.update(uncovered)
+                        " them (declared public)", unannounced)  # fmt: skip
+            self._public_warned.update(unannounced)
         if not covered:
             return dict(update.statistics)
         clip, multiplier = float(self.statistics_clip_norm or 0), float(self.statistics_noise_multiplier or 0)
