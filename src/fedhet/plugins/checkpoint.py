@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import hashlib
+import logging
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from fedhet.plugins.files import atomic_torch_save, path_under
+
+log = logging.getLogger(__name__)
 
 FORMAT = "fedhet-federation-checkpoint"
 VERSION = 2  # 2: the state under "state", with its SHA-256 (payload_digest) under "sha256"
@@ -105,3 +108,34 @@ def resumed_logger_version(state: dict[str, Any], logs_dir: str | Path, source: 
         return version
     path_under(logs_dir, version, "logger_versions", f"checkpoint {str(source)!r}")
     return version
+
+
+def check_resumed_rounds(state: dict[str, Any], rounds: int, sampler: Any, source: str | Path) -> None:
+    """Say what resuming ``state`` with ``rounds`` rounds will do when it is not simply "run the rounds left".
+
+    - fewer ``rounds`` than the checkpoint has done: refused (nothing would run and the history would not match);
+    - as many: a warning that there is nothing to train;
+    - more rounds than the finished run the checkpoint ends had, with ``sampler.full_last_round``: a warning that the
+      result differs from a run started with ``rounds``, since that run's last round took every client.
+
+    Raises:
+        ValueError: naming ``source`` and the field ``rounds`` when ``rounds`` is below the rounds done.
+
+    """
+    done = int(state["round"])
+    if rounds < done:
+        raise ValueError(
+            f"checkpoint {str(source)!r} has {done} rounds done, but field 'rounds' is {rounds}: nothing would be"
+            f" trained; set rounds above {done} to train more, or evaluate it with `fedhet test --ckpt_path`"
+        )
+    if rounds == done:
+        log.warning("checkpoint %r has all %d rounds done: nothing to train (set 'rounds' higher to train more)",
+                    str(source), done)  # fmt: skip
+    planned = state.get("rounds")
+    if getattr(sampler, "full_last_round", False) and planned is not None and done == planned < rounds:
+        log.warning(
+            "checkpoint %r ends a finished run of %d rounds whose last round (round %d) took every client"
+            " (full_last_round); extended to %d rounds it is not identical to a run started with rounds=%d, whose"
+            " round %d samples clients",
+            str(source), planned, planned - 1, rounds, rounds, planned - 1,
+        )  # fmt: skip

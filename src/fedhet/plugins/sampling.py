@@ -37,7 +37,10 @@ class UniformSampler(ClientSampler):
         fraction: the fraction of clients per round, in ``(0, 1]``; the count is ``ceil(fraction * N)``.
         min_clients: never fewer clients than this per round.
         full_last_round: every client takes part in the last round, as in FedPAC's protocol (Xu et al., ICLR 2023),
-            so that every client's personal model is up to date when the run ends.
+            so that every client's personal model is up to date when the run ends. A run resumed after a crash with
+            the same ``rounds`` is identical to one that never stopped. A *finished* run extended by resuming with a
+            larger ``rounds`` is not identical to a run started with that ``rounds``: its old last round took every
+            client, where the longer run samples (the trainer warns when it resumes such a run).
 
     Example:
         >>> sampler = UniformSampler(fraction=0.3, min_clients=2)

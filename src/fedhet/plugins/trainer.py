@@ -17,7 +17,12 @@ from lightning.pytorch.loggers import CSVLogger
 
 from fedhet.core import ClientState, EngineModule, FederatedModuleProtocol, RoundUploads, ServerState
 from fedhet.plugins.aggregators import Aggregator, WeightedMean
-from fedhet.plugins.checkpoint import load_checkpoint, resumed_logger_version, save_checkpoint
+from fedhet.plugins.checkpoint import (
+    check_resumed_rounds,
+    load_checkpoint,
+    resumed_logger_version,
+    save_checkpoint,
+)
 from fedhet.plugins.client_store import ClientStore
 from fedhet.plugins.context import ClientContext
 from fedhet.plugins.distributed import check_multi_node_launch, gather_objects, owner_rank
@@ -235,6 +240,7 @@ class FederatedTrainer:
                     " a run cannot switch differential privacy on or off when it resumes"
                 )
             self._restore(state, path, replay_logs=self._default_logger)
+            check_resumed_rounds(state, self.rounds, self.sampler, path)
         if self.stack_clients is not None:  # on one module per client architecture, before any training
             check_stacking(self._fabric, [self.context.slot(cid).module for cid in self.context.architectures()])
         self._log_run_config(model)
@@ -568,6 +574,7 @@ class FederatedTrainer:
                 path,
                 {
                     "round": self.current_round,
+                    "rounds": self.rounds,
                     "seed": self.seed,
                     "client_ids": self._client_ids,
                     "server": self.server_state.state_dict(),
