@@ -9,9 +9,14 @@ client's upload thus costs two memory copies of the uploads plus the transfer, i
 
 from __future__ import annotations
 
+import contextlib
 import io
+import logging
 import os
 import pickle
+import signal
+import time
+from collections.abc import Iterator
 from typing import Any, TypeVar
 
 import torch
@@ -26,6 +31,9 @@ from lightning.fabric.plugins.environments import (
 from torch import Tensor
 
 T = TypeVar("T")
+
+log = logging.getLogger(__name__)
+_PARENT_PID = os.getppid()  # on a child process Lightning launched: rank 0's pid
 
 _ALIGN = 16  # bytes; every tensor starts at a multiple of it (the largest element size), so its view is aligned
 _HEADER = 8  # bytes: the skeleton's length, little-endian
@@ -181,8 +189,49 @@ def gather_objects(fabric: Fabric, obj: T) -> list[T]:
     buffer = pack_object(obj).to(device)
     size = torch.tensor([buffer.numel()], dtype=torch.int64, device=device)
     sizes = [torch.empty_like(size) for _ in range(fabric.world_size)]
-    dist.all_gather(sizes, size)
-    buffers = [buffer if r == rank else buffer.new_empty(int(n.item())) for r, n in enumerate(sizes)]
-    for src, received in enumerate(buffers):
-        dist.broadcast(received, src=src)
+    with _collective(fabric):
+        dist.all_gather(sizes, size)
+        buffers = [buffer if r == rank else buffer.new_empty(int(n.item())) for r, n in enumerate(sizes)]
+        for src, received in enumerate(buffers):
+            dist.broadcast(received, src=src)
     return [obj if r == rank else unpack_object(b.cpu()) for r, b in enumerate(buffers)]
+
+
+def barrier(fabric: Fabric) -> None:
+    """``fabric.barrier()``, naming the process that died if another process is gone (see :func:`gather_objects`)."""
+    with _collective(fabric):
+        fabric.barrier()
+
+
+@contextlib.contextmanager
+def _collective(fabric: Fabric) -> Iterator[None]:
+    """Turn a collective's failure (gloo's bare "Connection reset by peer") into an error naming the lost process."""
+    try:
+        yield
+    except RuntimeError as err:
+        error = RuntimeError(f"rank {fabric.global_rank}: lost the other processes of the run: {_who_died(fabric)}")
+        log.error("%s (%s: %s)", error, type(err).__name__, err)  # at once: Lightning may kill this process soon
+        raise error from err
+
+
+def _who_died(fabric: Fabric, wait_s: float = 2.0) -> str:
+    """Which process of the run is gone: a child this process launched, or (on a child) the launching rank 0."""
+    launcher = getattr(fabric.strategy, "launcher", None)
+    children = list(getattr(launcher, "procs", None) or [])  # Lightning's subprocess launcher: ranks 1.. of this node
+    deadline = time.monotonic() + wait_s
+    while children:
+        dead = [(rank, p) for rank, p in enumerate(children, start=1) if p.poll() is not None and p.returncode != 0]
+        if dead:
+            return "; ".join(f"rank {rank} (pid {p.pid}) {_exit_text(p.returncode)}" for rank, p in dead)
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    if fabric.global_rank != 0 and os.getppid() != _PARENT_PID:
+        return f"rank 0 (pid {_PARENT_PID}), which launched this process, is gone"
+    return "another process stopped or lost its connection (see that process's output)"
+
+
+def _exit_text(returncode: int) -> str:
+    if returncode < 0:
+        return f"was killed by {signal.Signals(-returncode).name}"
+    return f"exited with code {returncode}"

@@ -25,7 +25,7 @@ from fedhet.plugins.checkpoint import (
 )
 from fedhet.plugins.client_store import ClientStore
 from fedhet.plugins.context import ClientContext
-from fedhet.plugins.distributed import check_multi_node_launch, gather_objects, owner_rank
+from fedhet.plugins.distributed import barrier, check_multi_node_launch, gather_objects, owner_rank
 from fedhet.plugins.fingerprint import callback_keys, fingerprint_differences, run_fingerprint, stateful
 from fedhet.plugins.hooks import CallbackHooks
 from fedhet.plugins.policies import FailureBudget, PlainUpdate, PrivateUpdate, ServerUpdate, upload_checks
@@ -589,7 +589,7 @@ class FederatedTrainer:
             )
             for logger in fabric.loggers:
                 logger.save()
-        fabric.barrier()
+        barrier(fabric)
 
     def _restore(self, state: dict[str, Any], path: Path, replay_logs: bool = False) -> None:
         if state["client_ids"] != self._client_ids:
