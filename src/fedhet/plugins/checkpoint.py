@@ -89,7 +89,7 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     return {"format": FORMAT, "version": VERSION, **state}
 
 
-def resumed_logger_version(state: dict[str, Any], logs_dir: str | Path, source: str | Path) -> int | str | None:
+def resumed_logger_version(state: dict[str, Any], logs_dir: str | Path, source: str | Path | None) -> int | str | None:
     """The CSV logger version a resumed run writes to, refused unless it names a folder inside ``logs_dir``.
 
     A checkpoint is untrusted input: a version such as ``"../../elsewhere"`` would make the logger write (and

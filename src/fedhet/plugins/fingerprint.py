@@ -46,8 +46,8 @@ def data_digest(client: Any) -> str | None:
     digest = hashlib.sha256()
     for split in ("train_dataset", "val_dataset", "test_dataset"):
         dataset = getattr(client, split, None)
-        tensors = [getattr(dataset, "x", None), getattr(dataset, "y", None)]
-        if not all(isinstance(t, Tensor) for t in tensors):
+        tensors = [t for t in (getattr(dataset, "x", None), getattr(dataset, "y", None)) if isinstance(t, Tensor)]
+        if len(tensors) != 2:
             return None
         for tensor in tensors:
             digest.update(f"{split}:{tensor.dtype}:{tuple(tensor.shape)};".encode())
