@@ -1,0 +1,213 @@
+"""A Flower ``ServerApp`` and ``ClientApp`` that run a fedhet federation on Flower's deployment runtime.
+
+Build both from a ``fedhet fit`` config in the Flower App's directory (``examples/flower_app/`` is a complete one):
+
+.. code-block:: python
+
+    from pathlib import Path
+    from fedhet.integrations.flower import flower_apps
+
+    server_app, client_app = flower_apps(Path(__file__).with_name("federation.yaml"))
+
+Messages (``group_id`` is the round): ``query`` asks a node for its client's description; ``train`` carries the
+round, the client's payload (its shared and personalised parameters) and the broadcast statistics, and is answered by
+the client's upload; ``evaluate`` carries the same and is answered by the client's metrics on one split.
+
+Node config (``flower-supernode --node-config``): ``client-id`` names the node's client in the federation
+(``partition-id``, set by Flower's simulation runtime, picks the client by position instead); ``data-config``
+optionally names a YAML file with the node's own ``data`` section (``class_path``/``init_args`` of a federated
+datamodule that holds the client), in place of the config's. Run config (``[tool.flwr.app.config]``, overridden by
+``flwr run --run-config``): ``fedhet-args``, ``fedhet fit`` overrides applied on the server and every client alike
+(e.g. ``"--trainer.rounds 3"``); ``num-clients``, how many nodes to wait for (0: the config's
+``declared_num_clients``); ``wait-s``, how long to wait for them; ``reply-timeout-s``, how long a round waits for
+replies (0: no limit).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from flwr.app import Context, Message, RecordDict
+from flwr.clientapp import ClientApp
+from flwr.serverapp import Grid, ServerApp
+from torch import Tensor
+
+from fedhet.integrations.flower.engine import ClientRunner, RemoteFederation, RemoteTrainer, load_run, split_args
+from fedhet.integrations.flower.records import (
+    decode_evaluation,
+    decode_request,
+    decode_spec,
+    decode_update,
+    encode_evaluation,
+    encode_request,
+    encode_spec,
+    encode_update,
+    load_client_state,
+    save_client_state,
+)
+
+#: Overrides of every client's trainer: it logs, checkpoints and shows nothing (the server does).
+CLIENT_ARGS = ("--trainer.logger", "false", "--trainer.enable_progress_bar", "false", "--trainer.checkpoint_every", "0")
+
+
+def _run_config(context: Context, key: str, default: Any) -> Any:
+    return context.run_config.get(key, default)
+
+
+def client_runner(config: Path, context: Context) -> ClientRunner:
+    """The :class:`~fedhet.integrations.flower.engine.ClientRunner` of this node's client, built from ``config``.
+
+    Raises:
+        ValueError: the node config names no client (neither ``client-id`` nor ``partition-id``), or one the data
+            do not hold.
+
+    """
+    args = [*split_args(str(_run_config(context, "fedhet-args", ""))), *CLIENT_ARGS]
+    node = context.node_config
+    if "data-config" in node:
+        args += ["--data", str(node["data-config"])]
+    trainer, module, datamodule = load_run(config, args)
+    if "client-id" in node:
+        client_id = str(node["client-id"])
+    elif "partition-id" in node:
+        datamodule.setup("fit")
+        client_id = datamodule.client_ids[int(node["partition-id"])]  # type: ignore[arg-type]
+    else:
+        raise ValueError("Flower node: node config needs 'client-id' (or 'partition-id'): which client this node is")
+    return ClientRunner(trainer, module, datamodule, client_id)
+
+
+def _client_app(config: Path) -> ClientApp:
+    app = ClientApp()
+
+    @app.query()
+    def describe(msg: Message, context: Context) -> Message:
+        return Message(encode_spec(client_runner(config, context).spec), reply_to=msg)
+
+    @app.train()
+    def train(msg: Message, context: Context) -> Message:
+        runner = client_runner(config, context)
+        round_idx, payload, statistics, _ = decode_request(msg.content)
+        update, state, seconds = runner.fit(round_idx, payload, statistics, load_client_state(context.state))
+        save_client_state(context.state, state)  # personal layers and optimizer state stay on the node
+        return Message(encode_update(update, seconds), reply_to=msg)
+
+    @app.evaluate()
+    def evaluate(msg: Message, context: Context) -> Message:
+        runner = client_runner(config, context)
+        round_idx, payload, statistics, stage = decode_request(msg.content)
+        result, state = runner.evaluate(stage, round_idx, payload, statistics, load_client_state(context.state))
+        save_client_state(context.state, state)
+        if result is None:  # no such split on this client
+            return Message(RecordDict(), reply_to=msg)
+        return Message(encode_evaluation(*result), reply_to=msg)
+
+    return app
+
+
+class _Remote:
+    """Sends a round's requests to the clients' nodes through the grid and collects their replies, by client."""
+
+    def __init__(self, grid: Grid, nodes: dict[str, int], timeout: float | None) -> None:
+        self.grid = grid
+        self.nodes = nodes
+        self.timeout = timeout
+
+    def __call__(
+        self, kind: str, round_idx: int, requests: dict[str, tuple[dict[str, Tensor], dict[str, Tensor]]]
+    ) -> dict[str, Any]:
+        messages = []
+        for cid, (payload, statistics) in requests.items():
+            content = encode_request(round_idx, payload, statistics, "fit" if kind == "train" else kind)
+            message_type = "train" if kind == "train" else "evaluate"
+            messages.append(Message(content, self.nodes[cid], message_type, group_id=str(round_idx)))
+        clients = {node: cid for cid, node in self.nodes.items()}
+        replies: dict[str, Any] = {
+            cid: TimeoutError(f"no reply within reply-timeout-s={self.timeout}") for cid in requests
+        }
+        for reply in self.grid.send_and_receive(messages, timeout=self.timeout):
+            cid = clients[reply.metadata.src_node_id]
+            replies[cid] = self._decode(kind, reply)
+        return replies
+
+    @staticmethod
+    def _decode(kind: str, reply: Message) -> Any:
+        if reply.has_error():
+            return RuntimeError(f"the client's node answered with an error: {reply.error.reason}")
+        if kind == "train":
+            return decode_update(reply.content)
+        return decode_evaluation(reply.content) if reply.content.metric_records else None
+
+
+def connect_clients(grid: Grid, expected: int, wait_s: float) -> tuple[dict[str, int], dict[str, Any]]:
+    """Wait until ``expected`` nodes are connected, ask each for its client: ``({client: node}, {client: spec})``.
+
+    Raises:
+        TimeoutError: fewer than ``expected`` nodes within ``wait_s`` seconds.
+        ValueError: a node failed to describe its client, or two nodes claim the same client.
+
+    """
+    deadline = time.monotonic() + wait_s
+    node_ids = list(grid.get_node_ids())
+    while len(node_ids) < expected:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{len(node_ids)} of {expected} Flower nodes connected within wait-s={wait_s}")
+        time.sleep(0.5)
+        node_ids = list(grid.get_node_ids())
+    queries = [Message(RecordDict(), node, "query", group_id="describe") for node in node_ids]
+    nodes: dict[str, int] = {}
+    specs: dict[str, Any] = {}
+    for reply in _all(grid.send_and_receive(queries, timeout=wait_s), len(queries)):
+        node = reply.metadata.src_node_id
+        if reply.has_error():
+            raise ValueError(f"Flower node {node} could not describe its client: {reply.error.reason}")
+        spec = decode_spec(reply.content)
+        if spec.client_id in nodes:
+            raise ValueError(f"Flower nodes {nodes[spec.client_id]} and {node} both claim client '{spec.client_id}'")
+        nodes[spec.client_id], specs[spec.client_id] = node, spec
+    return nodes, specs
+
+
+def _all(replies: Iterable[Message], expected: int) -> list[Message]:
+    replies = list(replies)
+    if len(replies) < expected:
+        raise TimeoutError(f"{len(replies)} of {expected} Flower nodes described their client in time")
+    return replies
+
+
+def _server_app(config: Path) -> ServerApp:
+    app = ServerApp()
+
+    @app.main()
+    def main(grid: Grid, context: Context) -> None:
+        trainer, module, datamodule = load_run(
+            config, split_args(str(_run_config(context, "fedhet-args", ""))), trainer_class=RemoteTrainer
+        )
+        assert isinstance(trainer, RemoteTrainer)
+        expected = int(_run_config(context, "num-clients", 0)) or datamodule.declared_num_clients
+        if not expected:
+            raise ValueError("Flower run config: set 'num-clients' (the config's data do not declare their number)")
+        nodes, specs = connect_clients(grid, expected, float(_run_config(context, "wait-s", 600)))
+        timeout = float(_run_config(context, "reply-timeout-s", 0)) or None
+        trainer.remote = _Remote(grid, nodes, timeout)
+        trainer.fit(module, RemoteFederation(specs))
+
+    return app
+
+
+def flower_apps(config: str | Path) -> tuple[ServerApp, ClientApp]:
+    """The ``ServerApp`` and ``ClientApp`` that run the federation of a ``fedhet fit`` config on Flower.
+
+    The server runs the engine's round (sampling, aggregation, the method's server-side callbacks, evaluation
+    summaries, logs and checkpoints in the config's ``trainer.default_root_dir``); each node trains and evaluates its
+    own client with the engine's local loop and keeps its personal state in its ``Context.state``.
+
+    Args:
+        config: the federation's ``fedhet fit`` YAML config.
+
+    """
+    path = Path(config)
+    return _server_app(path), _client_app(path)
