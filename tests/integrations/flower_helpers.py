@@ -7,7 +7,8 @@ FEDERATIONS = {
     "FedAvg": "fedhet.modules.FedAvg\n  init_args: {hidden_dims: [16], dropout: 0.1, lr: 0.1}",
     "FedRep": "fedhet.modules.FedRep\n  init_args: {hidden_dims: [16], dropout: 0.1, lr: 0.1}",
     "FedPAC": "fedhet.modules.FedPAC\n  init_args: {hidden_dims: [16], lr: 0.1, lambda_align: 1.0}",
-    "FLIC": "fedhet.modules.FLIC\n  init_args: {variant: hl, pretrain_epochs: 2, lambda_align: 1.0e-3, lambda_anchor: 1.0e-3}",
+    "FLIC": "fedhet.modules.FLIC\n  init_args: {variant: hl, pretrain_epochs: 2, lambda_align: 1.0e-3,"
+    " lambda_anchor: 1.0e-3}",
 }
 
 CONFIG = """

@@ -45,7 +45,8 @@ class LoopbackNodes:
     def __call__(self, kind, round_idx, requests):
         replies = {}
         for cid, (payload, statistics) in requests.items():
-            round_seen, payload, statistics, stage = decode_request(encode_request(round_idx, payload, statistics, kind))
+            request = encode_request(round_idx, payload, statistics, kind)
+            round_seen, payload, statistics, stage = decode_request(request)
             assert round_seen == round_idx
             state = load_client_state(self.states[cid])
             if kind == "train":

@@ -5,9 +5,10 @@ Build both from a ``fedhet fit`` config in the Flower App's directory (``example
 .. code-block:: python
 
     from pathlib import Path
-    from fedhet.integrations.flower import flower_apps
+    from fedhet.integrations.flower import make_client_app, make_server_app
 
-    server_app, client_app = flower_apps(Path(__file__).with_name("federation.yaml"))
+    server_app = make_server_app(Path(__file__).with_name("federation.yaml"))
+    client_app = make_client_app(Path(__file__).with_name("federation.yaml"))
 
 Messages (``group_id`` is the round): ``query`` asks a node for its client's description; ``train`` carries the
 round, the client's payload (its shared and personalised parameters) and the broadcast statistics, and is answered by
@@ -25,6 +26,7 @@ replies (0: no limit).
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -48,6 +50,8 @@ from fedhet.integrations.flower.records import (
     load_client_state,
     save_client_state,
 )
+
+log = logging.getLogger(__name__)
 
 #: Overrides of every client's trainer: it logs, checkpoints and shows nothing (the server does).
 CLIENT_ARGS = ("--trainer.logger", "false", "--trainer.enable_progress_bar", "false", "--trainer.checkpoint_every", "0")
@@ -80,7 +84,17 @@ def client_runner(config: Path, context: Context) -> ClientRunner:
     return ClientRunner(trainer, module, datamodule, client_id)
 
 
-def _client_app(config: Path) -> ClientApp:
+def make_client_app(config: str | Path) -> ClientApp:
+    """The ``ClientApp`` of a fedhet federation: each node trains and evaluates its own client of ``config``.
+
+    It runs the engine's local loop (the method's phases, seeds from ``(seed, round, client)``, its upload, the
+    client-side callback hooks) and keeps the client's personal state in the node's ``Context.state``.
+
+    Args:
+        config: the federation's ``fedhet fit`` YAML config.
+
+    """
+    config = Path(config)
     app = ClientApp()
 
     @app.query()
@@ -152,6 +166,7 @@ def connect_clients(grid: Grid, expected: int, wait_s: float) -> tuple[dict[str,
     """
     deadline = time.monotonic() + wait_s
     node_ids = list(grid.get_node_ids())
+    log.info("waiting for %d Flower nodes (%d connected)", expected, len(node_ids))
     while len(node_ids) < expected:
         if time.monotonic() > deadline:
             raise TimeoutError(f"{len(node_ids)} of {expected} Flower nodes connected within wait-s={wait_s}")
@@ -168,6 +183,7 @@ def connect_clients(grid: Grid, expected: int, wait_s: float) -> tuple[dict[str,
         if spec.client_id in nodes:
             raise ValueError(f"Flower nodes {nodes[spec.client_id]} and {node} both claim client '{spec.client_id}'")
         nodes[spec.client_id], specs[spec.client_id] = node, spec
+    log.info("Flower nodes of the federation: %s", ", ".join(f"{cid} on node {n}" for cid, n in sorted(nodes.items())))
     return nodes, specs
 
 
@@ -178,7 +194,17 @@ def _all(replies: Iterable[Message], expected: int) -> list[Message]:
     return replies
 
 
-def _server_app(config: Path) -> ServerApp:
+def make_server_app(config: str | Path) -> ServerApp:
+    """The ``ServerApp`` of a fedhet federation: the engine's round over the connected nodes' clients.
+
+    Sampling, aggregation, the method's server-side callbacks, evaluation summaries, logs and checkpoints are the
+    engine's, written under the config's ``trainer.default_root_dir`` on the server.
+
+    Args:
+        config: the federation's ``fedhet fit`` YAML config.
+
+    """
+    config = Path(config)
     app = ServerApp()
 
     @app.main()
@@ -196,18 +222,3 @@ def _server_app(config: Path) -> ServerApp:
         trainer.fit(module, RemoteFederation(specs))
 
     return app
-
-
-def flower_apps(config: str | Path) -> tuple[ServerApp, ClientApp]:
-    """The ``ServerApp`` and ``ClientApp`` that run the federation of a ``fedhet fit`` config on Flower.
-
-    The server runs the engine's round (sampling, aggregation, the method's server-side callbacks, evaluation
-    summaries, logs and checkpoints in the config's ``trainer.default_root_dir``); each node trains and evaluates its
-    own client with the engine's local loop and keeps its personal state in its ``Context.state``.
-
-    Args:
-        config: the federation's ``fedhet fit`` YAML config.
-
-    """
-    path = Path(config)
-    return _server_app(path), _client_app(path)

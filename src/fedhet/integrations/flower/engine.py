@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import shlex
 import time
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -38,7 +39,9 @@ def load_run(
         trainer_class: the trainer to build (a :class:`~fedhet.plugins.FederatedTrainer` subclass).
 
     """
-    cli = FederatedCLI(args=["-c", str(config), *args], run=False, trainer_class=trainer_class)
+    with warnings.catch_warnings():  # Lightning would print this process's own argv (e.g. Flower's token) in a warning
+        warnings.filterwarnings("ignore", message="LightningCLI's args parameter")
+        cli = FederatedCLI(args=["-c", str(config), *args], run=False, trainer_class=trainer_class)
     return cli.trainer, cli.model, cli.datamodule  # type: ignore[return-value]
 
 
@@ -73,6 +76,9 @@ class ClientRunner:
             )
         self.trainer = trainer
         self.client_id = client_id
+        # as before a simulated run's first round: callbacks that set up the clients' data (e.g. Global Layers' batch
+        # alignment) do it here for this client's data
+        trainer._hooks("on_federation_start", trainer=trainer, module=module)
 
     @property
     def spec(self) -> ClientSpec:
@@ -118,8 +124,13 @@ class ClientRunner:
         statistics: Mapping[str, Tensor],
         state: ClientState | None,
     ) -> tuple[tuple[dict[str, float], int, dict[str, bool]] | None, ClientState]:
-        """Evaluate the client's personalised model on its ``stage`` split: ``((metrics, samples, directions) or
-        None when it has no such split, its state)``; the state is the one given, or its first-round initialisation."""
+        """Evaluate the client's personalised model on its ``stage`` split.
+
+        Returns:
+            ``((metrics, samples, directions) or None when the client has no such split, its state)``; the state is
+            the one given, or the client's first-round initialisation.
+
+        """
         self._receive(state, payload, statistics)
         result = self.trainer._evaluate_client(self.client_id, stage, round_idx)
         kept = self.trainer._store[self.client_id]
@@ -158,9 +169,21 @@ class RemoteFederation:
         """The number of clients."""
         return len(self._specs)
 
-    def client(self, client_id: str) -> None:
-        """No client data on the server."""
-        return None
+    def client(self, client_id: str) -> RemoteClient:
+        """The server's handle of a client: its description, no data."""
+        return RemoteClient(self._specs[client_id])
+
+
+class RemoteClient:
+    """A client as the server sees it: its description only (settings a callback writes on it are kept, unused).
+
+    Args:
+        spec: the client's description.
+
+    """
+
+    def __init__(self, spec: ClientSpec) -> None:
+        self.spec = spec
 
 
 class RemoteTrainer(FederatedTrainer):
