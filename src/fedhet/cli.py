@@ -103,7 +103,7 @@ class FederatedCLI(LightningCLI):
         if extra or persistent:
             given = config.get("callbacks") or []
             config["callbacks"] = [*(given if isinstance(given, (list, tuple)) else [given]), *extra, *persistent]
-        trainer = self.trainer_class(**config)
+        trainer = cast(FederatedTrainer, self.trainer_class(**config))
         dumped = self._parser(self.subcommand).dump(
             self.config.get(str(self.subcommand), self.config), skip_none=False, format="yaml"
         )

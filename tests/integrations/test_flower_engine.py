@@ -12,7 +12,7 @@ pytest.importorskip("flwr")
 from flwr.app import RecordDict  # noqa: E402
 
 from fedhet.cli import FederatedCLI  # noqa: E402
-from fedhet.integrations.flower import ClientRunner, RemoteFederation, RemoteTrainer, load_run  # noqa: E402
+from fedhet.integrations.flower import NodeClient, RemoteFederation, RemoteTrainer, load_run  # noqa: E402
 from fedhet.integrations.flower.apps import CLIENT_ARGS  # noqa: E402
 from fedhet.integrations.flower.records import (  # noqa: E402
     decode_evaluation,
@@ -37,7 +37,7 @@ class LoopbackNodes:
         self.states = {cid: RecordDict() for cid in client_ids}  # each node's Context.state
 
     def runner(self, cid):
-        return ClientRunner(*load_run(self.config, CLIENT_ARGS), client_id=cid)
+        return NodeClient(*load_run(self.config, CLIENT_ARGS), client_id=cid)
 
     def describe(self):
         return {cid: decode_spec(encode_spec(self.runner(cid).spec)) for cid in self.states}
@@ -54,7 +54,7 @@ class LoopbackNodes:
                 replies[cid] = decode_update(encode_update(update, seconds))
             else:
                 result, new_state = self.runner(cid).evaluate(stage, round_idx, payload, statistics, state)
-                replies[cid] = None if result is None else decode_evaluation(encode_evaluation(*result))
+                replies[cid] = decode_evaluation(encode_evaluation(result))
             save_client_state(self.states[cid], new_state)
         return replies
 

@@ -35,15 +35,16 @@ from typing import Any
 from flwr.app import Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
-from torch import Tensor
 
-from fedhet.integrations.flower.engine import ClientRunner, RemoteFederation, RemoteTrainer, load_run, split_args
+from fedhet.core import ClientFailure
+from fedhet.integrations.flower.engine import NodeClient, RemoteFederation, RemoteTrainer, Request, load_run, split_args
 from fedhet.integrations.flower.records import (
     decode_evaluation,
     decode_request,
     decode_spec,
     decode_update,
     encode_evaluation,
+    encode_failure,
     encode_request,
     encode_spec,
     encode_update,
@@ -61,8 +62,8 @@ def _run_config(context: Context, key: str, default: Any) -> Any:
     return context.run_config.get(key, default)
 
 
-def client_runner(config: Path, context: Context) -> ClientRunner:
-    """The :class:`~fedhet.integrations.flower.engine.ClientRunner` of this node's client, built from ``config``.
+def node_client(config: Path, context: Context) -> NodeClient:
+    """The :class:`~fedhet.integrations.flower.engine.NodeClient` of this node's client, built from ``config``.
 
     Raises:
         ValueError: the node config names no client (neither ``client-id`` nor ``partition-id``), or one the data
@@ -78,10 +79,10 @@ def client_runner(config: Path, context: Context) -> ClientRunner:
         client_id = str(node["client-id"])
     elif "partition-id" in node:
         datamodule.setup("fit")
-        client_id = datamodule.client_ids[int(node["partition-id"])]  # type: ignore[arg-type]
+        client_id = datamodule.client_ids[int(node["partition-id"])]
     else:
         raise ValueError("Flower node: node config needs 'client-id' (or 'partition-id'): which client this node is")
-    return ClientRunner(trainer, module, datamodule, client_id)
+    return NodeClient(trainer, module, datamodule, client_id)
 
 
 def make_client_app(config: str | Path) -> ClientApp:
@@ -99,25 +100,26 @@ def make_client_app(config: str | Path) -> ClientApp:
 
     @app.query()
     def describe(msg: Message, context: Context) -> Message:
-        return Message(encode_spec(client_runner(config, context).spec), reply_to=msg)
+        return Message(encode_spec(node_client(config, context).spec), reply_to=msg)
 
     @app.train()
     def train(msg: Message, context: Context) -> Message:
-        runner = client_runner(config, context)
+        client = node_client(config, context)
         round_idx, payload, statistics, _ = decode_request(msg.content)
-        update, state, seconds = runner.fit(round_idx, payload, statistics, load_client_state(context.state))
-        save_client_state(context.state, state)  # personal layers and optimizer state stay on the node
-        return Message(encode_update(update, seconds), reply_to=msg)
+        result, state, seconds = client.fit(round_idx, payload, statistics, load_client_state(context.state))
+        if state is not None:
+            save_client_state(context.state, state)  # personal layers and optimizer state stay on the node
+        if isinstance(result, ClientFailure):
+            return Message(encode_failure(result), reply_to=msg)
+        return Message(encode_update(result, seconds), reply_to=msg)
 
     @app.evaluate()
     def evaluate(msg: Message, context: Context) -> Message:
-        runner = client_runner(config, context)
+        client = node_client(config, context)
         round_idx, payload, statistics, stage = decode_request(msg.content)
-        result, state = runner.evaluate(stage, round_idx, payload, statistics, load_client_state(context.state))
+        result, state = client.evaluate(stage, round_idx, payload, statistics, load_client_state(context.state))
         save_client_state(context.state, state)
-        if result is None:  # no such split on this client
-            return Message(RecordDict(), reply_to=msg)
-        return Message(encode_evaluation(*result), reply_to=msg)
+        return Message(encode_evaluation(result), reply_to=msg)
 
     return app
 
@@ -130,9 +132,7 @@ class _Remote:
         self.nodes = nodes
         self.timeout = timeout
 
-    def __call__(
-        self, kind: str, round_idx: int, requests: dict[str, tuple[dict[str, Tensor], dict[str, Tensor]]]
-    ) -> dict[str, Any]:
+    def __call__(self, kind: str, round_idx: int, requests: dict[str, Request]) -> dict[str, Any]:
         messages = []
         for cid, (payload, statistics) in requests.items():
             content = encode_request(round_idx, payload, statistics, "fit" if kind == "train" else kind)
@@ -151,9 +151,7 @@ class _Remote:
     def _decode(kind: str, reply: Message) -> Any:
         if reply.has_error():
             return RuntimeError(f"the client's node answered with an error: {reply.error.reason}")
-        if kind == "train":
-            return decode_update(reply.content)
-        return decode_evaluation(reply.content) if reply.content.metric_records else None
+        return decode_update(reply.content) if kind == "train" else decode_evaluation(reply.content)
 
 
 def connect_clients(grid: Grid, expected: int, wait_s: float) -> tuple[dict[str, int], dict[str, Any]]:

@@ -1,10 +1,12 @@
-"""The fedhet engine split in two for Flower: one client's local work on a SuperNode, the round loop on the server.
+"""The fedhet engine split in two for Flower: one client's local work on its node, the round loop on the server.
 
-This is the only module of the adapter that reaches into :class:`~fedhet.plugins.FederatedTrainer` 's internals
-(``_launch``, ``_prepare``, ``_fit_client``, ``_evaluate_client``, ``_admit``, ``_slot``, ``_store``), so that the
-client's side runs *exactly* the engine's own local loop (phases, seeds from ``(seed, round, client)``, uploads,
-client-side callbacks) and the server's side the engine's own round (sampling, aggregation, server-side callbacks,
-summaries, logging, checkpoints). When the engine exposes a client-runner component, these two classes become one.
+The node side uses the engine's public client API: :meth:`FederatedTrainer.setup
+<fedhet.plugins.FederatedTrainer.setup>`, :meth:`~fedhet.plugins.FederatedTrainer.fit_clients` (the trainer's client
+runner: the method's phases, seeds from ``(seed, round, client)``, the client hooks, the upload checks) and
+:meth:`ClientContext.evaluate <fedhet.plugins.context.ClientContext.evaluate>`. The server side is the engine's own
+round (sampling, aggregation, server-side callbacks, summaries, logging, checkpoints) with
+:meth:`~fedhet.plugins.FederatedTrainer.fit_clients` and the clients' evaluations answered by the nodes; the
+evaluation hook is the one private method it overrides (``_evaluate``), in :class:`RemoteTrainer` only.
 """
 
 from __future__ import annotations
@@ -20,12 +22,13 @@ from lightning.pytorch import LightningModule
 from torch import Tensor
 
 from fedhet.cli import FederatedCLI
-from fedhet.datamodules.spec import ClientSpec
-from fedhet.plugins.state import ClientFailure, ClientState, ClientUpdate, RoundUploads, ServerState, num_bytes
+from fedhet.core import ClientFailure, ClientSpec, ClientState, ClientUpdate, RoundUploads, ServerState, num_bytes
+from fedhet.plugins.context import ClientContext, ClientEvaluation
+from fedhet.plugins.hooks import CallbackHooks
 from fedhet.plugins.trainer import FederatedTrainer
 
-#: What a remote call returns per client: its reply, or the reason it gave none (an error, no reply in time).
-Replies = dict[str, Any]
+#: ``(payload, statistics)`` the server sends one client.
+Request = tuple[dict[str, Tensor], dict[str, Tensor]]
 
 
 def load_run(
@@ -50,71 +53,73 @@ def split_args(text: str) -> list[str]:
     return shlex.split(text)
 
 
-class ClientRunner:
-    """One client of a federation, trained and evaluated by the engine's own local loop, on the client's machine.
+class NodeClient:
+    """One client of a federation, trained and evaluated by the engine on the client's own machine.
 
-    Every call rebuilds nothing that outlives it: the client's state comes in and goes out as a
-    :class:`~fedhet.plugins.state.ClientState` (kept by the caller, e.g. in Flower's ``Context.state``), the server's
-    payload and statistics come in with the call. Calls of the same round and client give the same result as in the
-    simulation, because they run the same code under the same seeds.
+    Nothing outlives a call but what the caller keeps: the client's state comes in and goes out as a
+    :class:`~fedhet.core.ClientState` (kept in Flower's ``Context.state``), the server's payload and statistics come
+    with the call. A call gives what the simulation computes for the same round and client: it runs the same code
+    under the same seeds.
 
     Args:
         trainer: a trainer built from the federation's config (its seed, rounds, local epochs/steps and callbacks).
         module: the method's module, as the config builds it.
-        datamodule: a federated datamodule that holds this client (only its data is read for training).
+        datamodule: a federated datamodule that holds this client (only its data are read).
         client_id: which client this machine is.
 
     """
 
     def __init__(self, trainer: FederatedTrainer, module: LightningModule, datamodule: Any, client_id: str) -> None:
-        trainer._launch(module)
-        trainer._prepare(module, datamodule, "fit")
+        self.context: ClientContext = trainer.setup(module, datamodule, "fit")
         if client_id not in trainer.client_ids:
             raise ValueError(
-                f"Flower node: field 'client-id' is {client_id!r}, which the federation's data does not hold"
+                f"Flower node: field 'client-id' is {client_id!r}, which the federation's data do not hold"
                 f" (its clients: {trainer.client_ids})"
             )
         self.trainer = trainer
         self.client_id = client_id
         # as before a simulated run's first round: callbacks that set up the clients' data (e.g. Global Layers' batch
-        # alignment) do it here for this client's data
-        trainer._hooks("on_federation_start", trainer=trainer, module=module)
+        # alignment) do it here, for this client's data
+        CallbackHooks(trainer.callbacks, trainer=trainer)("on_federation_start", module=module)
 
     @property
     def spec(self) -> ClientSpec:
         """The client's description (what the server needs to build its modules)."""
-        return self.trainer.datamodule.specs[self.client_id]
+        return self.context.specs[self.client_id]
 
     def _receive(
         self, state: ClientState | None, payload: Mapping[str, Tensor], statistics: Mapping[str, Tensor]
     ) -> None:
-        trainer = self.trainer
-        trainer.server_state = ServerState(statistics=dict(statistics), per_client={self.client_id: dict(payload)})
-        trainer._store.clear()
+        self.trainer.server_state = ServerState(statistics=dict(statistics), per_client={self.client_id: dict(payload)})
+        store = self.trainer.store
+        store.clear()
         if state is not None:
-            trainer._store[self.client_id] = state
+            store[self.client_id] = state
 
     def fit(
-        self,
-        round_idx: int,
-        payload: Mapping[str, Tensor],
-        statistics: Mapping[str, Tensor],
-        state: ClientState | None,
-    ) -> tuple[ClientUpdate, ClientState, float]:
-        """Train the client for one round: ``(upload, its new state, seconds of local work)``.
+        self, round_idx: int, payload: Mapping[str, Tensor], statistics: Mapping[str, Tensor], state: ClientState | None
+    ) -> tuple[ClientUpdate | ClientFailure, ClientState | None, float]:
+        """Train the client for one round.
 
         Args:
             round_idx: the round.
             payload: the parameters the server sends this client.
             statistics: the statistics the server broadcasts.
             state: the client's state after its previous round (``None``: first round; the engine initialises its
-                personal layers from ``(seed, client)`` as in the simulation).
+                personal layers as in the simulation).
+
+        Returns:
+            ``(upload, new state, seconds of local work)``, or ``(failure, previous state, seconds)`` when the client's
+            training raised or its upload failed a check (non-finite, over the time budget).
 
         """
         started = time.perf_counter()
         self._receive(state, payload, statistics)
-        update, new_state, _ = self.trainer._fit_client(self.client_id, round_idx)
-        return update, new_state, time.perf_counter() - started
+        uploads = self.trainer.fit_clients([self.client_id], round_idx)
+        seconds = time.perf_counter() - started
+        if uploads.failures:
+            return uploads.failures[0], state, seconds
+        return uploads.updates[0], self.trainer.store[self.client_id], seconds
 
     def evaluate(
         self,
@@ -123,18 +128,17 @@ class ClientRunner:
         payload: Mapping[str, Tensor],
         statistics: Mapping[str, Tensor],
         state: ClientState | None,
-    ) -> tuple[tuple[dict[str, float], int, dict[str, bool]] | None, ClientState]:
+    ) -> tuple[ClientEvaluation | None, ClientState]:
         """Evaluate the client's personalised model on its ``stage`` split.
 
         Returns:
-            ``((metrics, samples, directions) or None when the client has no such split, its state)``; the state is
-            the one given, or the client's first-round initialisation.
+            ``(evaluation, or None when the client has no such split; its state)``: the state given, or the client's
+            first-round initialisation.
 
         """
         self._receive(state, payload, statistics)
-        result = self.trainer._evaluate_client(self.client_id, stage, round_idx)
-        kept = self.trainer._store[self.client_id]
-        return (None if result is None else result[1:]), kept
+        result = self.context.evaluate(self.client_id, stage, round_idx)
+        return (None if result is None else ClientEvaluation(*result)), self.trainer.store[self.client_id]
 
 
 class RemoteFederation:
@@ -186,27 +190,55 @@ class RemoteClient:
         self.spec = spec
 
 
+#: ``remote(kind, round_idx, requests) -> replies``: ``kind`` is ``"train"`` or a split (``"val"``, ``"test"``),
+#: ``requests`` maps each client to its :data:`Request`; a reply is ``(ClientUpdate, seconds)`` or a
+#: :class:`~fedhet.core.ClientFailure` for training, a :class:`~fedhet.plugins.context.ClientEvaluation` or ``None``
+#: for evaluation, or an ``Exception`` saying why the node gave no answer.
+Remote = Callable[[str, int, dict[str, Request]], dict[str, Any]]
+
+
+class _RemoteContext:
+    """The trainer's :class:`~fedhet.plugins.context.ClientContext`, its evaluations answered by the clients' nodes."""
+
+    def __init__(self, context: ClientContext, evaluations: Mapping[str, Any]) -> None:
+        self._context = context
+        self._evaluations = evaluations
+
+    def evaluate(self, client_id: str, stage: str, round_idx: int) -> ClientEvaluation | None:
+        reply = self._evaluations[client_id]
+        if isinstance(reply, Exception):
+            raise reply
+        return reply
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._context, name)
+
+
 class RemoteTrainer(FederatedTrainer):
-    """A :class:`~fedhet.plugins.FederatedTrainer` whose clients train and evaluate elsewhere.
+    """A :class:`~fedhet.plugins.FederatedTrainer` whose clients train and evaluate on their own machines.
 
     The round is the engine's own (sampling, aggregation by parameter name, the method's server-side callbacks,
-    privacy, fault handling, evaluation summaries, logging, checkpoints of the server state); only each client's
-    local work goes through :attr:`remote`, a function that sends the round's requests and returns the clients'
-    replies. A client that answers with an error, or not in time, is left out of the round and counted in
-    ``clients/failed``, as a client that raises in the simulation. The checkpoint holds no client's personal state:
-    it stays on the clients.
+    privacy, the failure budget, evaluation summaries, logging, checkpoints of the server state); each client's
+    local work goes through :attr:`remote`. A client that fails on its node, answers with an error or not in time is
+    left out of the round and counted in ``clients/failed``, as a failing client is in the simulation. The
+    checkpoint holds no client's personal state: it stays on the clients.
     """
 
-    #: ``remote(kind, round_idx, requests) -> replies``: ``kind`` is ``"train"`` or ``"val"``/``"test"``, ``requests``
-    #: maps each client to ``(payload, statistics)``; each reply is ``(ClientUpdate, seconds)`` for training,
-    #: ``(metrics, samples, directions)`` or ``None`` for evaluation, or an ``Exception`` naming what went wrong.
-    remote: Callable[[str, int, dict[str, tuple[dict[str, Tensor], dict[str, Tensor]]]], Replies]
+    remote: Remote
+    _evaluations: Mapping[str, Any] = {}
 
-    def payload_for(self, client_id: str) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
+    def payload_for(self, client_id: str) -> Request:
         """What the server sends ``client_id``: its parameters (shared, then personalised) and the statistics."""
-        return self.server_state.payload_for(client_id, self._slot(client_id).shared), self.server_state.statistics
+        payload = self.server_state.payload_for(client_id, self.context.slot(client_id).shared)
+        return payload, self.server_state.statistics
 
-    def _fit_one_by_one(self, client_ids: list[str], round_idx: int) -> RoundUploads:
+    @property
+    def context(self) -> ClientContext:
+        """The run's client context, its evaluations answered by the nodes."""
+        return _RemoteContext(super().context, self._evaluations)  # type: ignore[return-value]
+
+    def fit_clients(self, client_ids: Sequence[str], round_idx: int) -> RoundUploads:
+        """Send the round's clients their payloads; admit their uploads through the engine's upload checks."""
         requests = {cid: self.payload_for(cid) for cid in client_ids}
         replies = self.remote("train", round_idx, requests)
         uploads = RoundUploads()
@@ -214,21 +246,18 @@ class RemoteTrainer(FederatedTrainer):
             reply = replies[cid]
             if isinstance(reply, Exception):
                 uploads.failures.append(ClientFailure.from_error(cid, reply))
-                continue
-            update, seconds = reply
-            payload, statistics = requests[cid]
-            self._admit(update, ClientState({}), num_bytes(payload) + num_bytes(statistics), seconds, uploads)
+            elif isinstance(reply, ClientFailure):
+                uploads.failures.append(reply)
+            else:
+                update, seconds = reply
+                payload, statistics = requests[cid]
+                bytes_down = num_bytes(payload) + num_bytes(statistics)
+                self.context.admit(update, ClientState({}), bytes_down, seconds, uploads)
         return uploads
 
     def _evaluate(self, stage: str, round_idx: int) -> dict[str, float]:
-        requests = {cid: self.payload_for(cid) for cid in self._client_ids}
-        self._evaluations = self.remote(stage, round_idx, requests)
-        return super()._evaluate(stage, round_idx)
-
-    def _evaluate_client(
-        self, cid: str, stage: str, round_idx: int
-    ) -> tuple[str, dict[str, float], int, dict[str, bool]] | None:
-        reply = self._evaluations[cid]
-        if isinstance(reply, Exception):
-            raise reply
-        return None if reply is None else (cid, *reply)
+        self._evaluations = self.remote(stage, round_idx, {cid: self.payload_for(cid) for cid in self.client_ids})
+        try:
+            return super()._evaluate(stage, round_idx)
+        finally:
+            self._evaluations = {}

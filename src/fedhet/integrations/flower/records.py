@@ -17,10 +17,11 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 from torch import Tensor
 
-from fedhet.datamodules.spec import ClientSpec
-from fedhet.plugins.state import ClientState, ClientUpdate
+from fedhet.core import ClientFailure, ClientSpec, ClientState, ClientUpdate
+from fedhet.plugins.context import ClientEvaluation
 
 _PAYLOAD, _STATISTICS, _SHARED, _METRICS, _CONFIG = "payload", "statistics", "shared", "metrics", "config"
+_FAILURE = "failure"
 _CLIENT_STATE = "fedhet.client_state"
 
 
@@ -80,8 +81,21 @@ def encode_update(update: ClientUpdate, seconds: float) -> RecordDict:
     )
 
 
-def decode_update(content: RecordDict) -> tuple[ClientUpdate, float]:
-    """``(update, seconds)`` of :func:`encode_update`."""
+def encode_failure(failure: ClientFailure) -> RecordDict:
+    """A client whose training raised or whose upload failed a check on its node: why, instead of an upload."""
+    return RecordDict(
+        {_FAILURE: ConfigRecord({"client_id": failure.client_id, "kind": failure.kind, "reason": failure.reason})}
+    )
+
+
+def decode_update(content: RecordDict) -> tuple[ClientUpdate, float] | ClientFailure:
+    """``(update, seconds)`` of :func:`encode_update`, or the failure of :func:`encode_failure`."""
+    if _FAILURE in content.config_records:
+        failure = content.config_records[_FAILURE]
+        kind = str(failure["kind"])
+        if kind not in ("error", "non_finite", "straggler"):
+            raise ValueError(f"Flower reply: unknown failure kind {kind!r}")
+        return ClientFailure(str(failure["client_id"]), kind, str(failure["reason"]))  # type: ignore[arg-type]
     config = content.config_records[_CONFIG]
     update = ClientUpdate(
         client_id=str(config["client_id"]),
@@ -93,21 +107,26 @@ def decode_update(content: RecordDict) -> tuple[ClientUpdate, float]:
     return update, float(config["seconds"])  # type: ignore[arg-type]
 
 
-def encode_evaluation(values: Mapping[str, float], num_samples: int, directions: Mapping[str, bool]) -> RecordDict:
-    """A client's evaluation on one split: its metrics, its number of samples, whether each metric is better high."""
+def encode_evaluation(evaluation: ClientEvaluation | None) -> RecordDict:
+    """A client's evaluation on one split (its metrics, number of samples, metric directions), or none: no split."""
+    if evaluation is None:
+        return RecordDict()
+    directions = json.dumps(dict(evaluation.higher_is_better))
     return RecordDict(
         {
-            _METRICS: MetricRecord(dict(values)),
-            _CONFIG: ConfigRecord({"num_samples": num_samples, "directions": json.dumps(dict(directions))}),
+            _METRICS: MetricRecord(dict(evaluation.metrics)),
+            _CONFIG: ConfigRecord({"num_samples": evaluation.num_samples, "directions": directions}),
         }
     )
 
 
-def decode_evaluation(content: RecordDict) -> tuple[dict[str, float], int, dict[str, bool]]:
-    """``(values, num_samples, directions)`` of :func:`encode_evaluation`."""
+def decode_evaluation(content: RecordDict) -> ClientEvaluation | None:
+    """The evaluation of :func:`encode_evaluation`."""
+    if _METRICS not in content.metric_records:
+        return None
     config = content.config_records[_CONFIG]
     values = {name: float(value) for name, value in content.metric_records[_METRICS].items()}  # type: ignore[arg-type]
-    return values, int(config["num_samples"]), json.loads(str(config["directions"]))  # type: ignore[arg-type]
+    return ClientEvaluation(values, int(config["num_samples"]), json.loads(str(config["directions"])))  # type: ignore[arg-type]
 
 
 def encode_spec(spec: ClientSpec) -> RecordDict:
@@ -116,7 +135,7 @@ def encode_spec(spec: ClientSpec) -> RecordDict:
 
 
 def decode_spec(content: RecordDict) -> ClientSpec:
-    """The :class:`~fedhet.datamodules.spec.ClientSpec` of :func:`encode_spec`."""
+    """The :class:`~fedhet.core.ClientSpec` of :func:`encode_spec`."""
     fields: dict[str, Any] = json.loads(str(content.config_records[_CONFIG]["spec"]))
     fields["input_shape"] = tuple(fields["input_shape"])
     fields["classes"] = tuple(fields["classes"])
