@@ -100,8 +100,8 @@ def deploy(env: dict, tmp_path: Path, config: Path, root: Path) -> float:
     started = time.perf_counter()
     result = subprocess.run(
         [str(BIN / "flwr"), "run", str(app), "loopback", "--stream",
-         "--run-config", f"fedhet-args='--trainer.default_root_dir {root}' wait-s=120 reply-timeout-s=600"],
-        env=env, capture_output=True, text=True, timeout=900,
+         "--run-config", f"fedhet-args='--trainer.default_root_dir {root}' wait-s=600 reply-timeout-s=900"],
+        env=env, capture_output=True, text=True, timeout=1500,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
     assert (root / "logs" / "version_0" / "metrics.csv").is_file(), result.stdout[-4000:]
