@@ -48,8 +48,8 @@ class FederatedCLI(LightningCLI):
         kwargs.setdefault("datamodule_class", FederatedDataModule)
         kwargs.setdefault("subclass_mode_model", True)
         kwargs.setdefault("subclass_mode_data", True)
-        kwargs.setdefault("trainer_class", FederatedTrainer)  # a subclass runs the same loop elsewhere (Flower)
         super().__init__(
+            trainer_class=FederatedTrainer,  # type: ignore[arg-type]
             save_config_callback=None,
             seed_everything_default=False,
             auto_configure_optimizers=False,
@@ -91,7 +91,7 @@ class FederatedCLI(LightningCLI):
             self._parser(self.subcommand).error(str(err))
 
     def instantiate_trainer(self, **kwargs: Any) -> FederatedTrainer:  # type: ignore[override]
-        """Build the FederatedTrainer (or the ``trainer_class`` given) and hand it the resolved config to save and log.
+        """Build the FederatedTrainer and hand it the resolved config to save and log.
 
         As in LightningCLI, ``trainer_defaults`` (``callbacks`` among them, kept in every run) override the trainer's
         defaults, and callbacks added to the parser with ``add_lightning_class_args`` join ``trainer.callbacks``.
@@ -103,7 +103,7 @@ class FederatedCLI(LightningCLI):
         if extra or persistent:
             given = config.get("callbacks") or []
             config["callbacks"] = [*(given if isinstance(given, (list, tuple)) else [given]), *extra, *persistent]
-        trainer = cast(FederatedTrainer, self.trainer_class(**config))
+        trainer = FederatedTrainer(**config)
         dumped = self._parser(self.subcommand).dump(
             self.config.get(str(self.subcommand), self.config), skip_none=False, format="yaml"
         )

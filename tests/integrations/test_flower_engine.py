@@ -14,7 +14,7 @@ pytest.importorskip("flwr")
 from flwr.app import RecordDict  # noqa: E402
 
 from fedhet.cli import FederatedCLI  # noqa: E402
-from fedhet.integrations.flower import NodeClient, RemoteFederation, RemoteTrainer, load_run  # noqa: E402
+from fedhet.integrations.flower import NodeClient, RemoteFederation, RemoteRunner, load_run  # noqa: E402
 from fedhet.integrations.flower.apps import CLIENT_ARGS  # noqa: E402
 from fedhet.integrations.flower.records import (  # noqa: E402
     decode_evaluation,
@@ -68,9 +68,9 @@ def test_split_engine_equals_simulation(tmp_path, method):
     simulated = write_config(tmp_path / "sim.yaml", method, tmp_path / "sim", rounds=3)
     FederatedCLI(args=["fit", "-c", str(simulated)])
     config = write_config(tmp_path / "remote.yaml", method, tmp_path / "remote", rounds=3)
-    trainer, module, _ = load_run(config, trainer_class=RemoteTrainer)
+    trainer, module, _ = load_run(config)
     nodes = LoopbackNodes(config, ["client_000", "client_001", "client_002"])
-    trainer.remote = nodes
+    trainer.runner = RemoteRunner(nodes)
     trainer.fit(module, RemoteFederation(nodes.describe()))
     expected = read_metrics(tmp_path / "sim")
     assert [row["round"] for row in expected if row["round"]] == ["0.0", "1.0", "2.0"]
@@ -92,12 +92,10 @@ def test_shipped_method_split_equals_simulation(tmp_path, config, overrides):
     shipped = str(Path(__file__).parents[2] / "configs" / config)
     args = ["--trainer.rounds", "2", "--trainer.enable_progress_bar", "false", *overrides]
     FederatedCLI(args=["fit", "-c", shipped, *args, "--trainer.default_root_dir", str(tmp_path / "sim")])
-    trainer, module, datamodule = load_run(
-        shipped, [*args, "--trainer.default_root_dir", str(tmp_path / "remote")], trainer_class=RemoteTrainer
-    )
+    trainer, module, datamodule = load_run(shipped, [*args, "--trainer.default_root_dir", str(tmp_path / "remote")])
     datamodule.setup("fit")
     nodes = LoopbackNodes(Path(shipped), datamodule.client_ids, args)
-    trainer.remote = nodes
+    trainer.runner = RemoteRunner(nodes)
     trainer.fit(module, RemoteFederation(nodes.describe()))
 
     def local(rows):

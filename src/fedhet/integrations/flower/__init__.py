@@ -6,6 +6,6 @@ with the engine's own local loop, its personal state kept on its node).
 """
 
 from fedhet.integrations.flower.apps import make_client_app, make_server_app
-from fedhet.integrations.flower.engine import NodeClient, RemoteFederation, RemoteTrainer, load_run
+from fedhet.integrations.flower.engine import NodeClient, RemoteFederation, RemoteRunner, load_run
 
-__all__ = ["NodeClient", "RemoteFederation", "RemoteTrainer", "load_run", "make_client_app", "make_server_app"]
+__all__ = ["NodeClient", "RemoteFederation", "RemoteRunner", "load_run", "make_client_app", "make_server_app"]

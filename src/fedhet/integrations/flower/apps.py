@@ -37,7 +37,7 @@ from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 
 from fedhet.core import ClientFailure
-from fedhet.integrations.flower.engine import NodeClient, RemoteFederation, RemoteTrainer, Request, load_run, split_args
+from fedhet.integrations.flower.engine import NodeClient, RemoteFederation, RemoteRunner, Request, load_run, split_args
 from fedhet.integrations.flower.records import (
     decode_evaluation,
     decode_request,
@@ -207,16 +207,13 @@ def make_server_app(config: str | Path) -> ServerApp:
 
     @app.main()
     def main(grid: Grid, context: Context) -> None:
-        trainer, module, datamodule = load_run(
-            config, split_args(str(_run_config(context, "fedhet-args", ""))), trainer_class=RemoteTrainer
-        )
-        assert isinstance(trainer, RemoteTrainer)
+        trainer, module, datamodule = load_run(config, split_args(str(_run_config(context, "fedhet-args", ""))))
         expected = int(_run_config(context, "num-clients", 0)) or datamodule.declared_num_clients
         if not expected:
             raise ValueError("Flower run config: set 'num-clients' (the config's data do not declare their number)")
         nodes, specs = connect_clients(grid, expected, float(_run_config(context, "wait-s", 600)))
         timeout = float(_run_config(context, "reply-timeout-s", 0)) or None
-        trainer.remote = _Remote(grid, nodes, timeout)
+        trainer.runner = RemoteRunner(_Remote(grid, nodes, timeout))
         trainer.fit(module, RemoteFederation(specs))
 
     return app

@@ -1,16 +1,16 @@
 """The fedhet engine split in two for Flower: one client's local work on its node, the round loop on the server.
 
-The node side uses the engine's public client API: :meth:`FederatedTrainer.setup
+Both sides use the engine's public API only. A node: :meth:`FederatedTrainer.setup
 <fedhet.plugins.FederatedTrainer.setup>`, :meth:`~fedhet.plugins.FederatedTrainer.fit_clients` (the trainer's client
 runner: the method's phases, seeds from ``(seed, round, client)``, the client hooks, the upload checks) and
-:meth:`ClientContext.evaluate <fedhet.plugins.context.ClientContext.evaluate>`. The server side is the engine's own
-round (sampling, aggregation, server-side callbacks, summaries, logging, checkpoints) with
-:meth:`~fedhet.plugins.FederatedTrainer.fit_clients` and the clients' evaluations answered by the nodes; the
-evaluation hook is the one private method it overrides (``_evaluate``), in :class:`RemoteTrainer` only.
+:meth:`ClientContext.evaluate <fedhet.plugins.context.ClientContext.evaluate>`. The server: the engine's own round
+(sampling, aggregation, server-side callbacks, summaries, logging, checkpoints) with a client runner,
+:class:`RemoteRunner`, whose clients are the nodes.
 """
 
 from __future__ import annotations
 
+import logging
 import shlex
 import time
 import warnings
@@ -23,28 +23,28 @@ from torch import Tensor
 
 from fedhet.cli import FederatedCLI
 from fedhet.core import ClientFailure, ClientSpec, ClientState, ClientUpdate, RoundUploads, ServerState, num_bytes
-from fedhet.plugins.context import ClientContext, ClientEvaluation
+from fedhet.plugins.context import ClientContext, ClientEvaluation, ClientJob
 from fedhet.plugins.hooks import CallbackHooks
+from fedhet.plugins.runners import ClientRunner
 from fedhet.plugins.trainer import FederatedTrainer
+
+log = logging.getLogger(__name__)
 
 #: ``(payload, statistics)`` the server sends one client.
 Request = tuple[dict[str, Tensor], dict[str, Tensor]]
 
 
-def load_run(
-    config: str | Path, args: Sequence[str] = (), trainer_class: type[FederatedTrainer] = FederatedTrainer
-) -> tuple[FederatedTrainer, LightningModule, Any]:
+def load_run(config: str | Path, args: Sequence[str] = ()) -> tuple[FederatedTrainer, LightningModule, Any]:
     """Build trainer, module and federated datamodule from a ``fedhet fit`` config, as the CLI does, without running.
 
     Args:
         config: the YAML config (the one ``fedhet fit -c`` takes).
         args: further command-line overrides, e.g. ``["--trainer.rounds", "3"]``.
-        trainer_class: the trainer to build (a :class:`~fedhet.plugins.FederatedTrainer` subclass).
 
     """
     with warnings.catch_warnings():  # Lightning would print this process's own argv (e.g. Flower's token) in a warning
         warnings.filterwarnings("ignore", message="LightningCLI's args parameter")
-        cli = FederatedCLI(args=["-c", str(config), *args], run=False, trainer_class=trainer_class)
+        cli = FederatedCLI(args=["-c", str(config), *args], run=False)
     return cli.trainer, cli.model, cli.datamodule  # type: ignore[return-value]
 
 
@@ -144,7 +144,7 @@ class NodeClient:
 class RemoteFederation:
     """The server's view of a federation whose data stay on the clients: their descriptions, in client-id order.
 
-    It stands in for a federated datamodule in :class:`RemoteTrainer` (clients are ordered by id, as the shipped
+    It stands in for a federated datamodule in the server's trainer (clients are ordered by id, as the shipped
     federations name them, so sampling draws the same clients as in the simulation).
 
     Args:
@@ -193,53 +193,38 @@ class RemoteClient:
 #: ``remote(kind, round_idx, requests) -> replies``: ``kind`` is ``"train"`` or a split (``"val"``, ``"test"``),
 #: ``requests`` maps each client to its :data:`Request`; a reply is ``(ClientUpdate, seconds)`` or a
 #: :class:`~fedhet.core.ClientFailure` for training, a :class:`~fedhet.plugins.context.ClientEvaluation` or ``None``
-#: for evaluation, or an ``Exception`` saying why the node gave no answer.
+#: (no such split) for evaluation, or an ``Exception`` saying why the node gave no answer.
 Remote = Callable[[str, int, dict[str, Request]], dict[str, Any]]
 
 
-class _RemoteContext:
-    """The trainer's :class:`~fedhet.plugins.context.ClientContext`, its evaluations answered by the clients' nodes."""
-
-    def __init__(self, context: ClientContext, evaluations: Mapping[str, Any]) -> None:
-        self._context = context
-        self._evaluations = evaluations
-
-    def evaluate(self, client_id: str, stage: str, round_idx: int) -> ClientEvaluation | None:
-        reply = self._evaluations[client_id]
-        if isinstance(reply, Exception):
-            raise reply
-        return reply
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._context, name)
+def request_for(context: ClientContext, client_id: str) -> Request:
+    """What the server sends ``client_id``: its parameters (shared, then personalised) and the statistics."""
+    server = context.server_state
+    return server.payload_for(client_id, context.slot(client_id).shared), server.statistics
 
 
-class RemoteTrainer(FederatedTrainer):
-    """A :class:`~fedhet.plugins.FederatedTrainer` whose clients train and evaluate on their own machines.
+class RemoteRunner(ClientRunner):
+    """A client runner whose clients train and evaluate on their own machines, reached through ``remote``.
 
-    The round is the engine's own (sampling, aggregation by parameter name, the method's server-side callbacks,
-    privacy, the failure budget, evaluation summaries, logging, checkpoints of the server state); each client's
-    local work goes through :attr:`remote`. A client that fails on its node, answers with an error or not in time is
-    left out of the round and counted in ``clients/failed``, as a failing client is in the simulation. The
-    checkpoint holds no client's personal state: it stays on the clients.
+    Set as a :class:`~fedhet.plugins.FederatedTrainer` 's ``runner`` on the server, it leaves the round to the engine
+    (sampling, aggregation by parameter name, the method's server-side callbacks, privacy, the failure budget,
+    evaluation summaries, logging, checkpoints of the server state) and sends each round's clients their payloads at
+    once. Uploads pass the engine's upload checks again on the server. A client that fails on its node, answers with
+    an error or not in time is left out of the round (``clients/failed``) or of the evaluation
+    (``clients/<stage>_failed``), as a failing client is in the simulation. The server's checkpoint holds no client's
+    personal state: it stays on the clients.
+
+    Args:
+        remote: sends the requests of a round and returns the replies by client (:data:`Remote`).
+
     """
 
-    remote: Remote
-    _evaluations: Mapping[str, Any] = {}
+    def __init__(self, remote: Remote) -> None:
+        self.remote = remote
 
-    def payload_for(self, client_id: str) -> Request:
-        """What the server sends ``client_id``: its parameters (shared, then personalised) and the statistics."""
-        payload = self.server_state.payload_for(client_id, self.context.slot(client_id).shared)
-        return payload, self.server_state.statistics
-
-    @property
-    def context(self) -> ClientContext:
-        """The run's client context, its evaluations answered by the nodes."""
-        return _RemoteContext(super().context, self._evaluations)  # type: ignore[return-value]
-
-    def fit_clients(self, client_ids: Sequence[str], round_idx: int) -> RoundUploads:
-        """Send the round's clients their payloads; admit their uploads through the engine's upload checks."""
-        requests = {cid: self.payload_for(cid) for cid in client_ids}
+    def run(self, context: ClientContext, client_ids: Sequence[str], round_idx: int) -> RoundUploads:
+        """Send the round's clients their payloads and admit their uploads; failed clients are recorded."""
+        requests = {cid: request_for(context, cid) for cid in client_ids}
         replies = self.remote("train", round_idx, requests)
         uploads = RoundUploads()
         for cid in client_ids:
@@ -252,12 +237,33 @@ class RemoteTrainer(FederatedTrainer):
                 update, seconds = reply
                 payload, statistics = requests[cid]
                 bytes_down = num_bytes(payload) + num_bytes(statistics)
-                self.context.admit(update, ClientState({}), bytes_down, seconds, uploads)
+                context.admit(update, ClientState({}), bytes_down, seconds, uploads)
         return uploads
 
-    def _evaluate(self, stage: str, round_idx: int) -> dict[str, float]:
-        self._evaluations = self.remote(stage, round_idx, {cid: self.payload_for(cid) for cid in self.client_ids})
-        try:
-            return super()._evaluate(stage, round_idx)
-        finally:
-            self._evaluations = {}
+    def evaluate(
+        self, context: ClientContext, client_ids: Sequence[str], stage: str, round_idx: int
+    ) -> tuple[dict[str, ClientEvaluation], list[str]]:
+        """Ask every client for its evaluation on its ``stage`` split at once; the failed ones are named."""
+        replies = self.remote(stage, round_idx, {cid: request_for(context, cid) for cid in client_ids})
+        evaluations: dict[str, ClientEvaluation] = {}
+        failed: list[str] = []
+        for cid in client_ids:
+            reply = replies[cid]
+            if isinstance(reply, Exception):
+                log.warning("round %d: client '%s' left out of the %s evaluation: %s", round_idx, cid, stage, reply)
+                failed.append(cid)
+            elif reply is not None:
+                evaluations[cid] = reply
+        return evaluations, failed
+
+    def submit(self, context: ClientContext, job: ClientJob, uploads: RoundUploads) -> None:
+        """Never called: :meth:`run` sends a whole round to the nodes, which load and train their clients.
+
+        Raises:
+            TypeError: always.
+
+        """
+        raise TypeError("RemoteRunner trains whole rounds on the clients' nodes (run), not started clients")
+
+    def flush(self, context: ClientContext, uploads: RoundUploads) -> None:
+        """Nothing waits on the server: :meth:`run` returns once the nodes have answered."""
