@@ -68,6 +68,9 @@ class FederatedModuleProtocol(Protocol):
     def set_local_phase(self, phase: LocalPhase | None) -> None:
         """Freeze every parameter that ``phase`` does not train (``None``: unfreeze all)."""
 
+    def configure_aggregator(self) -> Any:
+        """How the server folds the shared parameters: an :class:`~fedhet.plugins.aggregators.Aggregator`."""
+
     def evaluation_metrics(self, stage: str) -> Any:
         """A ``torchmetrics.MetricCollection`` that ``validation_step``/``test_step`` update for ``stage``."""
 

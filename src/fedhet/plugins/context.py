@@ -216,7 +216,7 @@ class ClientContext:
     def train(self, job: ClientJob) -> LocalResult:
         """Train the job's module on its client's data through its local phases, with its own ``training_step``."""
         module = job.slot.module
-        keep_optimizer = bool(getattr(module, "keep_optimizer_state", False))
+        keep_optimizer = module.keep_optimizer_state
         previous = self.store[job.client_id].optimizer if keep_optimizer else None
         with seeded(self.fit_seed(job.client_id, job.round_idx), [self.fabric.device]):
             metrics, optimizer = run_local_training(

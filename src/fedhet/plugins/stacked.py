@@ -67,7 +67,7 @@ def stacking_refusal(module: EngineModule) -> str | None:
         hooks = [hook for hook in _LOSS_HOOKS if hook in cls.__dict__]
         if hooks:
             return f"{cls.__name__} overrides {', '.join(hooks)}, which the stacked path does not call"
-    if getattr(module, "keep_optimizer_state", False):
+    if module.keep_optimizer_state:
         return "it keeps optimizer state between rounds (keep_optimizer_state)"
     for name, layer in module.named_modules():
         if isinstance(layer, _DropoutNd) and layer.p > 0 or isinstance(layer, nn.RReLU):

@@ -16,7 +16,7 @@ from lightning.pytorch import Callback, LightningModule
 from lightning.pytorch.loggers import CSVLogger
 
 from fedhet.core import ClientState, EngineModule, FederatedModuleProtocol, RoundUploads, ServerState
-from fedhet.plugins.aggregators import Aggregator, WeightedMean
+from fedhet.plugins.aggregators import Aggregator
 from fedhet.plugins.checkpoint import (
     check_resumed_rounds,
     load_checkpoint,
@@ -383,9 +383,10 @@ class FederatedTrainer:
                 )
         datamodule.setup(stage)
         self._datamodule = datamodule
+        module = cast(EngineModule, model)  # _launch checked that it is a LightningModule implementing the contract
         self._context = ClientContext(
             self._fabric,
-            cast(EngineModule, model),  # _launch checked that it is a LightningModule implementing the contract
+            module,
             datamodule,
             self.seed,
             self.local_epochs,
@@ -402,7 +403,7 @@ class FederatedTrainer:
         self._server_update: ServerUpdate = (
             PrivateUpdate(self.privacy, self.seed)
             if self.privacy is not None
-            else PlainUpdate(self.aggregator or getattr(model, "configure_aggregator", WeightedMean)())
+            else PlainUpdate(self.aggregator or module.configure_aggregator())
         )
         self._fingerprint: dict[str, Any] | None = None
         if not self._has_state:
