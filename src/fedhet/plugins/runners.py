@@ -1,12 +1,12 @@
 """Client runners: how a process trains its clients of a round, one by one or in stacks, on one shared code path.
 
-Every runner goes through the same steps for each client, in client order, using only a
+Every local runner (:class:`LocalRunner`) goes through the same steps for each client, in client order, using only a
 :class:`~fedhet.plugins.context.ClientContext`:
 
 1. :meth:`ClientContext.start <fedhet.plugins.context.ClientContext.start>` loads the client's personal state and the
    server's payload into its architecture's module and fires ``on_client_fit_start(trainer, round_idx, client_id,
    module)``;
-2. the runner trains it (:meth:`ClientRunner.submit`): at once (:class:`SequentialRunner`), or once a stack of
+2. the runner trains it (:meth:`LocalRunner.submit`): at once (:class:`SequentialRunner`), or once a stack of
    clients like it is full or the round's clients are all submitted
    (:class:`~fedhet.plugins.stacked.StackedRunner`);
 3. :meth:`ClientContext.finish <fedhet.plugins.context.ClientContext.finish>` builds its upload, fires
@@ -33,10 +33,15 @@ log = logging.getLogger(__name__)
 
 
 class ClientRunner(ABC):
-    """Trains a process's clients of one round and returns their uploads, failures and bytes sent down."""
+    """Trains a process's clients of one round and evaluates them; the trainer holds one (``trainer.runner``).
 
+    :class:`LocalRunner` trains them here, through the context; a runner for a real federation (e.g. a Flower
+    adapter) overrides :meth:`run` and :meth:`evaluate` to have each client's own machine do the same work.
+    """
+
+    @abstractmethod
     def run(self, context: ClientContext, client_ids: Sequence[str], round_idx: int) -> RoundUploads:
-        """Start, train and finish each client of ``client_ids`` (this process's clients of the round), in order.
+        """Train ``client_ids`` (this process's clients of the round).
 
         Args:
             context: the federation as a runner sees it.
@@ -44,22 +49,15 @@ class ClientRunner(ABC):
             round_idx: the round.
 
         Returns:
-            the admitted uploads, the failed clients and the bytes sent down to the admitted ones.
+            the admitted uploads (through :meth:`ClientContext.admit
+            <fedhet.plugins.context.ClientContext.admit>`), the failed clients and the bytes sent down.
 
         """
-        uploads = RoundUploads()
-        for client_id in client_ids:
-            try:
-                self.submit(context, context.start(client_id, round_idx), uploads)
-            except Exception as err:  # a failing client must not take the run down: it is left out and named
-                context.fail(client_id, err, uploads)
-        self.flush(context, uploads)
-        return uploads
 
     def evaluate(
         self, context: ClientContext, client_ids: Sequence[str], stage: str, round_idx: int
     ) -> tuple[dict[str, ClientEvaluation], list[str]]:
-        """Evaluate each client of ``client_ids`` on its ``stage`` split, one at a time (both runners).
+        """Evaluate each client of ``client_ids`` on its ``stage`` split, one at a time.
 
         A client whose evaluation raises (e.g. its data loader fails) is named in the log and in the failed list; a
         client without such a split is in neither.
@@ -83,6 +81,21 @@ class ClientRunner(ABC):
                 evaluations[client_id] = evaluation
         return evaluations, failed
 
+
+class LocalRunner(ClientRunner):
+    """Trains the clients in this process: start, train (now or in a batch), finish, on the shared code path."""
+
+    def run(self, context: ClientContext, client_ids: Sequence[str], round_idx: int) -> RoundUploads:
+        """Start, train and finish each client of ``client_ids``, in order (see the module's docstring)."""
+        uploads = RoundUploads()
+        for client_id in client_ids:
+            try:
+                self.submit(context, context.start(client_id, round_idx), uploads)
+            except Exception as err:  # a failing client must not take the run down: it is left out and named
+                context.fail(client_id, err, uploads)
+        self.flush(context, uploads)
+        return uploads
+
     @abstractmethod
     def submit(self, context: ClientContext, job: ClientJob, uploads: RoundUploads) -> None:
         """Train a started client now or later; every client submitted is finished by the end of :meth:`flush`.
@@ -97,7 +110,7 @@ class ClientRunner(ABC):
         """Train and finish the clients still waiting."""
 
 
-class SequentialRunner(ClientRunner):
+class SequentialRunner(LocalRunner):
     """One client at a time, in its architecture's module, through its own ``training_step`` (any module)."""
 
     def submit(self, context: ClientContext, job: ClientJob, uploads: RoundUploads) -> None:

@@ -38,7 +38,7 @@ from fedhet.core.seeding import seeded
 from fedhet.functional.stacking import stack_padded, stack_states, unstack_states
 from fedhet.plugins.context import ClientContext, ClientJob, LocalResult
 from fedhet.plugins.local_loop import configure_optimizer, local_optimizers, phase_batches
-from fedhet.plugins.runners import ClientRunner
+from fedhet.plugins.runners import LocalRunner
 
 ELEMENTWISE_OPTIMIZERS: tuple[type[Optimizer], ...] = (SGD, Adam, AdamW, Adagrad, Adamax, NAdam, RAdam, RMSprop)
 """Optimizers whose step moves each element by its own gradient and state only, so that one of them over stacked
@@ -230,7 +230,7 @@ class _Ready:
     batches: list[list[Any]]
 
 
-class StackedRunner(ClientRunner):
+class StackedRunner(LocalRunner):
     """Trains a round's clients in stacks of up to ``size`` with :func:`train_stack` (``stack_clients=size``).
 
     A started client (its module holding its state) gives its state and its batches, drawn from its own

@@ -1,0 +1,59 @@
+"""The public client-execution API is enough to train clients elsewhere (as a Flower adapter does)."""
+
+import copy
+
+import torch
+
+from fedhet.core import ClientState, RoundUploads, num_bytes
+from fedhet.modules import FedRep
+from fedhet.plugins import FederatedTrainer
+from fedhet.plugins.runners import ClientRunner
+
+
+class ElsewhereRunner(ClientRunner):
+    """Each round's clients train in a second trainer's engine, fed copies of the server state, like remote nodes.
+
+    The client side keeps its clients' personal state in its own store; the server keeps none of it.
+    """
+
+    def __init__(self, client_side: FederatedTrainer) -> None:
+        self.client_side = client_side
+
+    def run(self, context, client_ids, round_idx):
+        server = context.server_state
+        self.client_side.server_state = copy.deepcopy(server)  # what the server sends
+        remote = copy.deepcopy(self.client_side.fit_clients(client_ids, round_idx))  # what the clients send back
+        uploads = RoundUploads(failures=remote.failures)
+        for update in remote.updates:
+            sent = num_bytes(server.payload_for(update.client_id, context.slot(update.client_id).shared))
+            context.admit(update, ClientState({}), sent + num_bytes(server.statistics), 0.0, uploads)
+        return uploads
+
+    def evaluate(self, context, client_ids, stage, round_idx):
+        self.client_side.server_state = copy.deepcopy(context.server_state)
+        return self.client_side.runner.evaluate(self.client_side.context, client_ids, stage, round_idx)
+
+
+def trainer(tmp_path, name):
+    return FederatedTrainer(
+        rounds=3, accelerator="cpu", logger=False, enable_progress_bar=False, default_root_dir=str(tmp_path / name)
+    )
+
+
+def test_clients_trained_elsewhere_give_the_in_process_federation(tmp_path, tiny_federation):
+    here = trainer(tmp_path, "here")
+    here.fit(FedRep(hidden_dims=[8], head_epochs=1), tiny_federation)
+
+    client_side = trainer(tmp_path, "clients")
+    client_side.setup(FedRep(hidden_dims=[8], head_epochs=1), copy.deepcopy(tiny_federation))
+    server = trainer(tmp_path, "server")
+    server.runner = ElsewhereRunner(client_side)
+    server.fit(FedRep(hidden_dims=[8], head_epochs=1), tiny_federation)
+
+    torch.testing.assert_close(server.server_state.shared, here.server_state.shared, rtol=0, atol=0)
+    for cid in tiny_federation.client_ids:
+        assert server.store[cid].personal == {}  # personal state stayed with the clients
+        torch.testing.assert_close(client_side.store[cid].personal, here.store[cid].personal, rtol=0, atol=0)
+    for mine, theirs in zip(server.history, here.history, strict=True):
+        for key in ("train/loss_mean", "val/acc_mean", "comm/bytes_up", "comm/bytes_down"):
+            assert mine[key] == theirs[key], key
