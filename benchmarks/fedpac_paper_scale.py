@@ -51,13 +51,14 @@ def train(name: str, root: Path, seed: int, rounds: int, checkpoint_every: int) 
 def report(names: list[str], root: Path, seed: int, rounds: int) -> None:
     """Test every method's latest checkpoint and write the table."""
     rows = []
+    data = federation(SCALE, seed, 20)  # loaded once, every method's clients are the same
     for name in names:
         last = root / f"{slug(name)}_{seed}" / "checkpoints" / "last.ckpt"
         if not last.exists():
             print(f"{name}: no checkpoint yet under {last.parent}")
             continue
         trainer = quiet_trainer(rounds, seed, last.parent.parent / "report", local_epochs=SCALE["local_epochs"])
-        metrics = trainer.test(methods(SCALE)[name](), federation(SCALE, seed, 20), ckpt_path=str(last))
+        metrics = trainer.test(methods(SCALE)[name](), data, ckpt_path=str(last))
         rows.append(
             {
                 "method": name,
