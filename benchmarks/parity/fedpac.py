@@ -80,11 +80,13 @@ def main() -> None:
             weight_decay=setting.weight_decay,
         )
 
-    sides = set(args.sides or ["fedhet", "PFLlib", "PFLlib-fixed", "authors"])
+    sides = set(args.sides or ["fedhet", "fedhet-per-client", "PFLlib", "PFLlib-fixed", "authors"])
     for seed in [] if args.table_only else args.seeds:
         clients = client_tensors(federation(setting, seed))
         if "fedhet" in sides:
             record(run_fedhet("FedPAC", build, setting, seed, args.root), args.root, NAME)
+        if "fedhet-per-client" in sides:
+            record(run_fedhet("FedPAC", build, setting, seed, args.root, "per_client"), args.root, NAME)
         for fix in (False, True):
             if "PFLlib" in references and ("PFLlib-fixed" if fix else "PFLlib") in sides:
                 torch.manual_seed(seed)

@@ -41,7 +41,7 @@ from _harness import (  # noqa: E402
 )
 from _pfllib import run_pfllib  # noqa: E402
 
-from fedhet.modules import FedPAC, FedRep  # noqa: E402
+from fedhet.modules import FedRep  # noqa: E402
 
 NAME = "parity_fedrep"
 KINDS = {"system/flcore/servers/serverrep.py": "PFLlib"}
@@ -62,22 +62,22 @@ def main() -> None:
     references = {reference_kind(path, KINDS): path for path in args.reference_dir}
 
     def build() -> FedRep:
-        module = FedRep(
+        return FedRep(
             head_epochs=setting.head_epochs,
             lr=setting.lr,
             momentum=setting.momentum,
             weight_decay=setting.weight_decay,
             hidden_dims=[128],
+            network=setting.network,
         )
-        if setting.network == "cnn":
-            module.build_body = FedPAC(network="cnn").build_body  # the paper's CNN, as in fedpac_reproduce.py
-        return module
 
-    sides = set(args.sides or ["fedhet", "PFLlib"])
+    sides = set(args.sides or ["fedhet", "fedhet-per-client", "PFLlib"])
     for seed in [] if args.table_only else args.seeds:
         clients = client_tensors(federation(setting, seed))
         if "fedhet" in sides:
             record(run_fedhet("FedRep", build, setting, seed, args.root), args.root, NAME)
+        if "fedhet-per-client" in sides:
+            record(run_fedhet("FedRep", build, setting, seed, args.root, "per_client"), args.root, NAME)
         if "PFLlib" in references and "PFLlib" in sides:
             torch.manual_seed(seed)
             body, head = body_and_head(setting)
