@@ -53,11 +53,32 @@ NAME = "parity_fedpac"
 KINDS = {"system/flcore/servers/serverpac.py": "PFLlib", "methods/fedpac.py": "FedPAC authors"}
 NOTES = [
     "Every implementation trains on fedhet's exact client tensors (same partition, same train/test split per seed)"
-    " with the same CNN, rounds, epochs, optimiser and learning rates; the seed also seeds each reference's own"
-    " draws (initial weights, shuffling). Accuracy: unweighted mean over the 20 clients of the test accuracy of each"
-    " client's model after the last round (the server's body and the client's mixed head). CPU s / round:"
-    " `time.process_time` per round, one torch thread, on a 2-core machine shared with other jobs (the authors'"
-    " round also tests every client three times, PFLlib's computes FedPAC's statistics of every client).",
+    " with the same body and head, rounds, epochs, optimiser and learning rates; the seed also seeds each reference's"
+    " own draws (initial weights, shuffling). Accuracy: unweighted mean over the 20 clients of the test accuracy of"
+    " each client's model after the last round (the server's body and the client's mixed head). CPU s / round:"
+    " `time.process_time` per round, one torch thread, on a 2-core machine shared with other jobs.",
+    "",
+    "Known differences (from reading the code; the table measures their effect):",
+    "",
+    "- PFLlib mixes heads in the wrong client order: `serverpac.FedPAC.train` collects the statistics (`Vars`, `Hs`) in"
+    " the order of `selected_clients` (a random permutation), `receive_models` lists the uploaded heads and ids in a"
+    " second random order (`random.sample`), and `aggregate_and_send_heads` gives the `k`-th uploaded client the QP"
+    " solution of the `k`-th selected client applied to heads in the uploaded order. `PFLlib FedPAC (head order"
+    " fixed)` reorders the statistics to the uploaded order at run time (`_pfllib._fixed_head_order`).",
+    "- PFLlib averages the class centroids with equal client weights; the paper, the authors' code and fedhet weight"
+    " them by the clients' class counts.",
+    "- PFLlib keeps one plain SGD (no momentum, no weight decay, the body's lr for the head) for a client's whole run;"
+    " the adapter gives its clients a fresh SGD with this recipe every round (the authors' code builds one per phase"
+    " per round, fedhet one per round with a body and a head group: the same steps).",
+    "- The authors' round tests every client three times and loops over samples in Python for the statistics and the"
+    " alignment targets; PFLlib computes every client's statistics in `send_models`: their CPU time per round is"
+    " their code's, not only the method's.",
+    "- The authors' script prints the mean accuracy after local training and before head mixing (the note column);"
+    " the table tests every side at the same point, after the round.",
+    "- fedhet solves each client's simplex QP by projected FISTA (`fedhet.functional.solve_simplex_qp`), the"
+    " references with cvxpy after clipping small eigenvalues; the same threshold (1e-3) and renormalisation follow.",
+    "- `fedhet (personal_init=per_client)`: each client's head drawn from its own seed instead of one shared"
+    " initialisation (fedhet's default now, as the references do).",
 ]
 
 

@@ -47,10 +47,19 @@ NAME = "parity_fedrep"
 KINDS = {"system/flcore/servers/serverrep.py": "PFLlib"}
 NOTES = [
     "Both implementations train on fedhet's exact client tensors (same partition, same train/test split per seed)"
-    " with the same CNN body and linear head, rounds, epochs, optimiser and learning rate. Accuracy: unweighted mean"
-    " over the 20 clients of the test accuracy of each client's model after the last round (the server's body and"
-    " the client's own head). CPU s / round: `time.process_time` per round, one torch thread, on a 2-core machine"
-    " shared with other jobs.",
+    " with the same body and head, rounds, epochs, optimiser and learning rate. Accuracy: unweighted mean over the 20"
+    " clients of the test accuracy of each client's model after the last round (the server's body and the client's"
+    " own head). CPU s / round: `time.process_time` per round, one torch thread, on a 2-core machine shared with"
+    " other jobs.",
+    "",
+    "Known differences (from reading the code; the table measures their effect):",
+    "",
+    "- PFLlib's clients keep two plain SGDs (body, head; no momentum, no weight decay) for the whole run; the adapter"
+    " gives them fresh ones with this recipe every round, as fedhet's one optimiser per round (frozen parts skipped).",
+    "- PFLlib reseeds torch with 0 while building every client (`Client.__init__`), so its shuffling does not follow"
+    " the run's seed (its initial weights do: the adapter draws them before).",
+    "- `fedhet (personal_init=per_client)`: each client's head drawn from its own seed instead of one shared"
+    " initialisation (fedhet's default, as PFLlib's deep copies of one model).",
 ]
 
 
