@@ -271,10 +271,24 @@ def summarise(results: Sequence[RunResult]) -> list[dict[str, Any]]:
 
 
 def write_results(
-    name: str, title: str, setting: Setting, results: Sequence[RunResult], notes: Sequence[str], references: str
+    name: str,
+    title: str,
+    setting: Setting,
+    results: Sequence[RunResult],
+    notes: Sequence[str],
+    references: dict[str, Path],
 ) -> str:
-    """The side-by-side table (``benchmarks/results/<name>.{csv,md}``) with the setting and the references used."""
+    """The side-by-side table (``benchmarks/results/<name>.{csv,md}``) with the setting and the references used.
+
+    ``references`` maps each reference's name to its checkout; the footer names their commits, and the recorded
+    command shows ``<name checkout>`` instead of the checkout's path on this machine.
+    """
     import csv
+
+    env = environment()
+    for kind, path in references.items():
+        env["command"] = env["command"].replace(str(path), f"<{kind} checkout>")
+    used = "; ".join(f"{kind} at commit {git_commit(path)}" for kind, path in references.items()) or "none"
 
     text = write_table(
         name,
@@ -291,11 +305,11 @@ def write_results(
         },
         notes=[
             f"Setting: {', '.join(f'{k}={v}' for k, v in asdict(setting).items())}.",
-            f"References: {references}.",
+            f"References: {used}.",
             "",
             *notes,
         ],
-        env=environment(),
+        env=env,
     )
     runs_csv = Path(__file__).resolve().parents[1] / "results" / f"{name}_runs.csv"
     with runs_csv.open("w", newline="") as f:

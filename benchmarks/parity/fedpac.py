@@ -38,7 +38,6 @@ from _harness import (  # noqa: E402
     body_and_head,
     client_tensors,
     federation,
-    git_commit,
     record,
     recorded,
     reference_kind,
@@ -116,8 +115,7 @@ def main() -> None:
                 record(result, args.root, NAME)
         if "FedPAC authors" in references and "authors" in sides:
             record(run_authors_fedpac(references["FedPAC authors"], clients, setting, seed), args.root, NAME)
-    used = "; ".join(f"{kind} at commit {git_commit(path)}" for kind, path in references.items()) or "none"
-    text = write_results(NAME, "FedPAC parity", setting, recorded(args.root, NAME), NOTES, used)
+    text = write_results(NAME, "FedPAC parity", setting, recorded(args.root, NAME), NOTES, references)
     print(text)
 
 

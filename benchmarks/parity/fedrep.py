@@ -32,7 +32,6 @@ from _harness import (  # noqa: E402
     body_and_head,
     client_tensors,
     federation,
-    git_commit,
     record,
     recorded,
     reference_kind,
@@ -91,8 +90,7 @@ def main() -> None:
             torch.manual_seed(seed)
             body, head = body_and_head(setting)
             record(run_pfllib(references["PFLlib"], "FedRep", clients, setting, seed, body, head), args.root, NAME)
-    used = "; ".join(f"{kind} at commit {git_commit(path)}" for kind, path in references.items()) or "none"
-    print(write_results(NAME, "FedRep parity", setting, recorded(args.root, NAME), NOTES, used))
+    print(write_results(NAME, "FedRep parity", setting, recorded(args.root, NAME), NOTES, references))
 
 
 if __name__ == "__main__":
