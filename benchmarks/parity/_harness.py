@@ -39,7 +39,7 @@ class Setting:
     Defaults: FedPAC's Fashion-MNIST task (Xu et al., ICLR 2023, section 5.1) at a reduced budget: 20 clients in 5
     groups, 20% of each client's 1,200 samples over all classes and 80% over its group's 3 dominant classes, half for
     training and half for testing; an MLP body 784 -> 128 (ReLU; the paper's feature width d = 128) and a linear head
-    (``network="cnn"``: the paper's CNN, about 15 times the CPU cost); SGD with momentum 0.5 and weight decay 5e-4,
+    (``network="cnn"``: the paper's CNN, several times costlier on CPU); SGD with momentum 0.5 and weight decay 5e-4,
     batch 50.
 
     Attributes:
