@@ -39,6 +39,8 @@ from fedhet.functional.head_mixing import project_simplex
 from fedhet.functional.wasserstein import Solver, wasserstein_barycenter
 from fedhet.modules.base import FederatedModule
 from fedhet.modules.blocks import mlp
+from fedhet.plugins.checkpoint import FORMAT as CHECKPOINT_FORMAT
+from fedhet.plugins.checkpoint import load_checkpoint
 
 #: what a client uploads (its atom version) and what the server broadcasts (the global dictionary)
 #: logit of the true class in the initial atom labels of the softmax parametrisation (softmax(10) is ~1 - 4e-4 c)
@@ -67,6 +69,8 @@ def load_step1_state(path: str | Path) -> dict[str, Tensor]:
 
     """
     state = torch.load(path, map_location="cpu", weights_only=True)
+    if isinstance(state, dict) and state.get("format") == CHECKPOINT_FORMAT:
+        state = load_checkpoint(path)  # a federation checkpoint: its checksum verified
     if "server" in state:
         state = state["server"]["shared"]
     return {name: value for name, value in state.items() if name.startswith(("body.", "head."))}
