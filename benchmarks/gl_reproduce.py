@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from _common import quiet_trainer
+from _common import environment, quiet_trainer
 from fedhet.datamodules import ClientDataModule, FederatedDataModule
 from fedhet.datamodules.aligned import AlignedFederation
 from fedhet.datamodules.datasets.heart import GL_SITES, HeartFederation
@@ -156,6 +156,7 @@ def write_results(args: argparse.Namespace, rows: list[dict[str, object]], elaps
             paper = [f"{mean:.2f} ± {std:.2f}" for mean, std in PAPER[(metric, site)].values()]
             ref = _cell(scores[(metric, site, "FedAvg-ref")])
             lines.append(f"| {metric} | {site} | {' | '.join(cells)} | {lift:+.2f} | {ref} | {' | '.join(paper)} |")
+    lines += ["", *(f"- {key}: `{value}`" for key, value in environment().items())]
     text = "\n".join(lines) + "\n"
     (RESULTS / f"gl_heart{args.tag}.md").write_text(text)
     return text
