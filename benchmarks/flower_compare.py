@@ -33,7 +33,10 @@ What is measured:
     start-up, imports, Ray or Fabric start, training); ``Ray start`` is ``ray.init`` alone; ``training call`` is the
     span around ``run_simulation`` or ``fit`` alone, measured inside (for Flower it still holds starting the client
     actors). Peak memory is the largest sum of the resident set sizes of the whole process tree (the Ray workers
-    included), sampled every 50 ms from ``/proc``. Accuracy: both sides write their final global weights; this script
+    included), sampled every 50 ms from ``/proc``. ``CPU`` is the user + system CPU time of the whole command's process
+    tree (``getrusage(RUSAGE_CHILDREN)`` around it: every descendant that its parent waited for, Ray's workers
+    included), which other jobs on a shared machine do not inflate as they inflate wall time.
+    Accuracy: both sides write their final global weights; this script
     evaluates them the same way, as mean client accuracy on the clients' test splits. ``--seeds`` repeats
     everything; the table gives means and, for the training call's ratio, the range over seeds. Nothing is asserted.
 
@@ -49,6 +52,7 @@ Results go to ``benchmarks/results/flower_compare.csv`` and ``.md``.
 from __future__ import annotations
 
 import argparse
+import resource
 import statistics
 import subprocess
 import sys
@@ -74,6 +78,8 @@ COLUMNS = {
     "sim_s": "training call s",
     "sim_ratio": "training call / fedhet 1 process",
     "wall_ratio": "whole command / fedhet 1 process",
+    "cpu_s": "CPU s (process tree)",
+    "cpu_ratio": "CPU / fedhet 1 process",
     "peak_mb": "peak RSS MB (process tree)",
     "acc": "mean client test acc",
 }
@@ -180,8 +186,15 @@ def tree_rss_mb(root_pid: int) -> float:
     return total * 4096 / 2**20
 
 
-def measured(command: list[str]) -> tuple[float, float]:
-    """Run ``command``; return its wall seconds and the peak RSS of its process tree in MiB."""
+def children_cpu_s() -> float:
+    """User + system CPU seconds of this process's children that have been waited for (and of their own)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def measured(command: list[str]) -> tuple[float, float, float]:
+    """Run ``command``; return its wall seconds, the peak RSS of its process tree in MiB and its CPU seconds."""
+    cpu = children_cpu_s()
     start = time.perf_counter()
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     peak = [0.0]
@@ -198,7 +211,7 @@ def measured(command: list[str]) -> tuple[float, float]:
     sampler.join()
     if process.returncode != 0:
         raise RuntimeError(f"{' '.join(command[:3])} failed:\n{stderr[-3000:]}")
-    return wall, peak[0]
+    return wall, peak[0], children_cpu_s() - cpu
 
 
 def flower_python(venv: Path) -> Path:
@@ -237,12 +250,13 @@ def measure(args: argparse.Namespace, flower: Path, workload: str, clients: int,
             task, test = write_task(task_path, workload, clients, rounds, epochs, seed)
             for side, command in commands.items():
                 out = Path(tmp) / f"{len(runs[side])}_{side.split()[0].strip(',')}.pt"
-                wall, peak = measured(command(str(task_path), str(out)))
+                wall, peak, cpu = measured(command(str(task_path), str(out)))
                 result = torch.load(out, weights_only=True)
                 acc = mean_client_accuracy(task, result["weights"], test)
                 runs[side].append(
                     {
                         "wall_s": wall,
+                        "cpu_s": cpu,
                         "ray_start_s": result.get("ray_start_seconds", float("nan")),
                         "sim_s": result["seconds"],
                         "peak_mb": peak,
@@ -256,15 +270,15 @@ def measure(args: argparse.Namespace, flower: Path, workload: str, clients: int,
         sim_ratios = [r["sim_s"] / b["sim_s"] for r, b in zip(results, base, strict=True)]
         row = {"workload": workload if workload == "cnn" else "tiny (framework overhead)", "clients": clients}
         row |= {"rounds": rounds, "local_epochs": epochs, "side": side}
-        for key in ("wall_s", "ray_start_s", "sim_s", "peak_mb", "acc"):
+        for key in ("wall_s", "cpu_s", "ray_start_s", "sim_s", "peak_mb", "acc"):
             value = statistics.mean(r[key] for r in results)
             row[key] = "" if value != value else round(value, 3 if key == "acc" else 1)  # NaN: not this side's
         row["sim_ratio"] = f"{statistics.median(sim_ratios):.2f}x" + (
             f" ({min(sim_ratios):.2f}-{max(sim_ratios):.2f})" if len(sim_ratios) > 1 else ""
         )
-        row["wall_ratio"] = (
-            f"{statistics.mean(r['wall_s'] for r in results) / statistics.mean(b['wall_s'] for b in base):.2f}x"
-        )
+        for key in ("wall", "cpu"):
+            mine, theirs = (statistics.mean(r[f"{key}_s"] for r in side_runs) for side_runs in (results, base))
+            row[f"{key}_ratio"] = f"{mine / theirs:.2f}x"
         rows.append(row)
     return rows
 
@@ -273,9 +287,9 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workloads", nargs="+", choices=["cnn", "tiny"], default=["cnn", "tiny"])
     parser.add_argument("--clients", type=int, nargs="+", default=[10, 100], help="clients of the tiny workload")
-    parser.add_argument("--rounds", type=int, default=30, help="rounds of the tiny workload")
+    parser.add_argument("--rounds", type=int, default=20, help="rounds of the tiny workload")
     parser.add_argument("--cnn-clients", type=int, default=20)
-    parser.add_argument("--cnn-rounds", type=int, default=5)
+    parser.add_argument("--cnn-rounds", type=int, default=3)
     parser.add_argument("--cnn-epochs", type=int, default=5, help="local epochs of the CNN workload")
     parser.add_argument("--seeds", type=int, default=1)
     parser.add_argument("--cpus", type=int, default=2, help="Ray CPUs for Flower, processes for fedhet's 2nd run")
