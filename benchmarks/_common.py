@@ -42,17 +42,20 @@ def quiet_trainer(
 
 
 def current_commit() -> str:
-    """The short hash of ``HEAD``, ``-dirty`` appended when ``src/`` or the benchmark scripts have uncommitted changes.
+    """The short hash of ``HEAD``, ``-dirty`` appended when the measured code has uncommitted changes.
 
-    ``unknown`` outside a git checkout. ``check_results.py`` compares it with the code's latest version.
+    The measured code: ``src/``, this file and the running script (``sys.argv[0]``). ``unknown`` outside a git
+    checkout. ``check_results.py`` compares the hash with the code's latest version.
     """
     root = Path(__file__).resolve().parent.parent
+    script = Path(sys.argv[0]).resolve()
+    paths = ["src", str(Path(__file__).resolve()), *([str(script)] if script.is_file() else [])]
     try:
         commit = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True, timeout=10, cwd=root
         ).stdout.strip()
         changes = subprocess.run(
-            ["git", "status", "--porcelain", "--", "src", "benchmarks", ":!benchmarks/results"],
+            ["git", "status", "--porcelain", "--", *paths],
             capture_output=True, text=True, check=True, timeout=30, cwd=root,
         ).stdout.strip()  # fmt: skip
     except (OSError, subprocess.SubprocessError):
