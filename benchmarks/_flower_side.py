@@ -14,6 +14,7 @@ Usage (done by ``flower_compare.py``)::
 from __future__ import annotations
 
 import argparse
+import os
 import time
 
 import ray
@@ -105,6 +106,9 @@ def main() -> None:
     def client_fn(context: Context):
         return Client(task, int(context.node_config["partition-id"])).to_client()
 
+    # Ray kills workers when the machine's memory is 95% used, whoever uses it; on a shared machine other jobs can
+    # take it there, so its memory monitor is off (the peak memory of this run is measured from outside anyway).
+    os.environ.setdefault("RAY_memory_monitor_refresh_ms", "0")
     start = time.perf_counter()
     ray.init(num_cpus=args.cpus, include_dashboard=False)
     ray_start = time.perf_counter() - start

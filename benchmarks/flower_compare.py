@@ -34,8 +34,8 @@ What is measured:
     span around ``run_simulation`` or ``fit`` alone, measured inside (for Flower it still holds starting the client
     actors). Peak memory is the largest sum of the resident set sizes of the whole process tree (the Ray workers
     included), sampled every 50 ms from ``/proc``. ``CPU`` is the user + system CPU time of the whole command's process
-    tree (``getrusage(RUSAGE_CHILDREN)`` around it: every descendant that its parent waited for, Ray's workers
-    included), which other jobs on a shared machine do not inflate as they inflate wall time.
+    tree (every process seen in the samples, Ray's workers and Fabric's second process included, each its own last
+    reading), which other jobs on a shared machine inflate far less than wall time.
     Accuracy: both sides write their final global weights; this script
     evaluates them the same way, as mean client accuracy on the clients' test splits. ``--seeds`` repeats
     everything; the table gives means and, for the training call's ratio, the range over seeds. Nothing is asserted.
@@ -52,7 +52,7 @@ Results go to ``benchmarks/results/flower_compare.csv`` and ``.md``.
 from __future__ import annotations
 
 import argparse
-import resource
+import os
 import statistics
 import subprocess
 import sys
@@ -64,6 +64,8 @@ from pathlib import Path
 import torch
 
 HERE = Path(__file__).resolve().parent
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
 sys.path.insert(0, str(HERE))
 from _flower_task import mean_client_accuracy  # noqa: E402
 
@@ -165,43 +167,52 @@ def run_fedhet_side(task_path: Path, out: Path, devices: int) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------- measuring
-def tree_rss_mb(root_pid: int) -> float:
-    """Sum of the resident set sizes of ``root_pid`` and all its descendants, from ``/proc``."""
+def tree_sample(root_pid: int) -> tuple[float, dict[int, float]]:
+    """The resident set size (MiB) of ``root_pid`` and all its descendants, and each one's own CPU seconds so far.
+
+    From ``/proc/<pid>/stat``: resident pages, and ``utime + stime`` (the process's own CPU time, not that of the
+    children it has waited for, so that no CPU second is counted twice).
+    """
     children: dict[int, list[int]] = {}
     rss: dict[int, int] = {}
+    cpu: dict[int, float] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            rss[int(entry.name)] = int(fields[21])  # resident pages
-            children.setdefault(int(fields[1]), []).append(int(entry.name))
+            pid = int(entry.name)
+            rss[pid] = int(fields[21])  # resident pages
+            cpu[pid] = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime + stime
+            children.setdefault(int(fields[1]), []).append(pid)
         except (OSError, IndexError, ValueError):
             continue
-    total, stack = 0, [root_pid]
+    total, tree, stack = 0, {}, [root_pid]
     while stack:
         pid = stack.pop()
         total += rss.get(pid, 0)
+        if pid in cpu:
+            tree[pid] = cpu[pid]
         stack += children.get(pid, [])
-    return total * 4096 / 2**20
-
-
-def children_cpu_s() -> float:
-    """User + system CPU seconds of this process's children that have been waited for (and of their own)."""
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
+    return total * PAGE_BYTES / 2**20, tree
 
 
 def measured(command: list[str]) -> tuple[float, float, float]:
-    """Run ``command``; return its wall seconds, the peak RSS of its process tree in MiB and its CPU seconds."""
-    cpu = children_cpu_s()
+    """Run ``command``; return its wall seconds, the peak RSS of its process tree in MiB and the tree's CPU seconds.
+
+    The tree is sampled every 50 ms: the CPU time is the sum over every process seen of the last CPU time read for
+    it, so a process's last 50 ms (or a process that lives less than that) may be missed.
+    """
     start = time.perf_counter()
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     peak = [0.0]
+    cpu: dict[int, float] = {}
 
     def sample() -> None:
         while process.poll() is None:
-            peak[0] = max(peak[0], tree_rss_mb(process.pid))
+            rss, tree = tree_sample(process.pid)
+            peak[0] = max(peak[0], rss)
+            cpu.update(tree)
             time.sleep(0.05)
 
     sampler = threading.Thread(target=sample, daemon=True)
@@ -211,7 +222,7 @@ def measured(command: list[str]) -> tuple[float, float, float]:
     sampler.join()
     if process.returncode != 0:
         raise RuntimeError(f"{' '.join(command[:3])} failed:\n{stderr[-3000:]}")
-    return wall, peak[0], children_cpu_s() - cpu
+    return wall, peak[0], sum(cpu.values())
 
 
 def flower_python(venv: Path) -> Path:
@@ -229,15 +240,15 @@ def flower_python(venv: Path) -> Path:
 def sides(args: argparse.Namespace, flower: Path) -> dict[str, object]:
     """Each side's command, given the task file and the output file."""
     fedhet = [sys.executable, __file__, "--role", "fedhet"]
-    return {
-        "fedhet, 1 process": lambda task, out: [*fedhet, "--task", task, "--out", out],
-        f"fedhet, {args.cpus} processes": lambda task, out: [
+    commands = {"fedhet, 1 process": lambda task, out: [*fedhet, "--task", task, "--out", out]}
+    if args.fedhet_processes:
+        commands[f"fedhet, {args.cpus} processes"] = lambda task, out: [
             *[*fedhet, "--task", task, "--out", out, "--devices", str(args.cpus)]
-        ],
-        f"Flower, {args.cpus} CPUs": lambda task, out: [
-            *[str(flower), str(HERE / "_flower_side.py"), "--task", task, "--out", out, "--cpus", str(args.cpus)]
-        ],
-    }
+        ]
+    commands[f"Flower, {args.cpus} CPUs"] = lambda task, out: [
+        *[str(flower), str(HERE / "_flower_side.py"), "--task", task, "--out", out, "--cpus", str(args.cpus)]
+    ]
+    return commands
 
 
 def measure(args: argparse.Namespace, flower: Path, workload: str, clients: int, rounds: int, epochs: int) -> list:
@@ -294,6 +305,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seeds", type=int, default=1)
     parser.add_argument("--cpus", type=int, default=2, help="Ray CPUs for Flower, processes for fedhet's 2nd run")
     parser.add_argument("--flower-venv", type=Path, default=Path("fedhet_runs/benchmarks/flower-venv"))
+    parser.add_argument(
+        "--no-fedhet-processes",
+        dest="fedhet_processes",
+        action="store_false",
+        help="leave out fedhet on --cpus processes",
+    )
     parser.add_argument("--no-save", action="store_true")
     parser.add_argument("--role", choices=["fedhet"], help=argparse.SUPPRESS)
     parser.add_argument("--task", type=Path, help=argparse.SUPPRESS)
