@@ -8,7 +8,8 @@ The tasks (each the same on both sides; both sides read the very same training t
       paper) of SGD (batch 50, lr 0.01, momentum 0.5, weight decay 5e-4) per round. Here the clients' computation
       dominates a round, as in real experiments.
     * ``tiny`` (framework overhead): scikit-learn digits over ``--clients`` clients (10 and 100 by default) with a
-      Dirichlet(0.5) label skew (20% of each client held out for testing), an MLP ``Linear(64, 64)-ReLU-Linear(64,
+      Dirichlet(0.5) label skew (20% of each client held out for testing; at least 10 samples a client, 4 at 100
+      clients), an MLP ``Linear(64, 64)-ReLU-Linear(64,
       10)``, one local epoch of SGD (batch 32, lr 0.05). A client-round is about a millisecond of computation, so
       this task measures what each framework spends per client and message, not training.
 
@@ -107,7 +108,12 @@ def write_task(path: Path, workload: str, num_clients: int, rounds: int, epochs:
         settings = CNN
     else:
         federation = DigitsFederation(
-            num_clients=num_clients, alpha=0.5, val_fraction=0.0, test_fraction=0.2, seed=seed
+            num_clients=num_clients,
+            alpha=0.5,
+            min_samples=min(10, 1797 // (4 * num_clients)),  # 100 clients of 1,797 digits: at least 4 each
+            val_fraction=0.0,
+            test_fraction=0.2,
+            seed=seed,
         )
         settings = TINY
     federation.setup("fit")
@@ -311,6 +317,7 @@ def main(argv: list[str] | None = None) -> None:
         action="store_false",
         help="leave out fedhet on --cpus processes",
     )
+    parser.add_argument("--name", default="flower_compare", help="results file name (without extension)")
     parser.add_argument("--no-save", action="store_true")
     parser.add_argument("--role", choices=["fedhet"], help=argparse.SUPPRESS)
     parser.add_argument("--task", type=Path, help=argparse.SUPPRESS)
@@ -342,7 +349,7 @@ def main(argv: list[str] | None = None) -> None:
             " start`), the training call still starts the client actors. The machine (2 cores) was shared with other"
             " jobs: compare within a row group (the sides of one workload ran back to back).",
         ]
-        print(write_table("flower_compare", "fedhet vs Flower simulation", rows, COLUMNS, notes, environment()))
+        print(write_table(args.name, "fedhet vs Flower simulation", rows, COLUMNS, notes, environment()))
 
 
 def flower_version(python: Path) -> str:
