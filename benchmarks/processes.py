@@ -92,7 +92,7 @@ def run(
     start = time.perf_counter()
     subprocess.run(command, check=True, env=env, capture_output=True, cwd=ROOT)
     wall = time.perf_counter() - start
-    rows = list(csv.DictReader((root / "logs" / "version_0" / "metrics.csv").open()))
+    rows = list(csv.DictReader((root / "version_0" / "metrics.csv").open()))
     return rows, wall
 
 

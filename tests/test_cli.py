@@ -42,7 +42,7 @@ def tiny(root, rounds=2):
 
 def read_logs(root):
     """``{version directory name: rows of its metrics.csv}``, oldest version first."""
-    paths = sorted(Path(root, "logs").glob("version_*/metrics.csv"), key=lambda p: int(p.parent.name.split("_")[1]))
+    paths = sorted(Path(root).glob("version_*/metrics.csv"), key=lambda p: int(p.parent.name.split("_")[1]))
     logs = {}
     for path in paths:
         with path.open(newline="") as f:
@@ -174,12 +174,12 @@ def test_fit_logs_one_row_per_round(digits_run):
         assert math.isfinite(value(row, "train/loss_mean"))
         assert value(row, "comm/bytes_up") > 0
         assert value(row, "clients/participants") == 3.0
-    assert (root / "checkpoints" / "last.ckpt").is_file()
+    assert (root / "version_0" / "checkpoints" / "last.ckpt").is_file()
 
 
 def test_fit_saves_the_resolved_config_with_overrides(digits_run, capsys):
     root, _ = digits_run
-    saved = yaml.safe_load((root / "config.yaml").read_text())
+    saved = yaml.safe_load((root / "version_0" / "config.yaml").read_text())
     assert saved["trainer"]["rounds"] == 2
     assert saved["trainer"]["default_root_dir"] == str(root)
     assert saved["model"]["class_path"] == "fedhet.modules.FedAvg"
@@ -187,7 +187,7 @@ def test_fit_saves_the_resolved_config_with_overrides(digits_run, capsys):
     assert saved["data"]["init_args"]["num_clients"] == 3
     # the saved config is itself a valid config for the CLI
     with pytest.raises(SystemExit) as exit_info:
-        main(["fit", "-c", str(root / "config.yaml"), "--print_config"])
+        main(["fit", "-c", str(root / "version_0" / "config.yaml"), "--print_config"])
     assert exit_info.value.code in (0, None)
     assert yaml.safe_load(capsys.readouterr().out)["trainer"]["rounds"] == 2
 
@@ -251,8 +251,8 @@ def test_python_dash_m_fedhet_fit(tmp_path):
     (rows,) = read_logs(run_dir).values()
     assert len(rows) == 1
     assert 0.0 <= value(rows[0], "val/acc_mean") <= 1.0
-    assert (run_dir / "checkpoints" / "last.ckpt").is_file()
-    assert yaml.safe_load((run_dir / "config.yaml").read_text())["trainer"]["rounds"] == 1
+    assert (run_dir / "version_0" / "checkpoints" / "last.ckpt").is_file()
+    assert yaml.safe_load((run_dir / "version_0" / "config.yaml").read_text())["trainer"]["rounds"] == 1
     assert [p.name for p in tmp_path.iterdir()] == ["run"], "nothing may be written to the working directory"
 
 
@@ -388,7 +388,7 @@ def test_min_clients_above_a_federation_size_known_only_from_its_data_is_refused
     )
     with pytest.raises(ValueError, match=r"'min_clients' is 4 but the federation has only 3 clients"):
         trainer.fit(FedAvg(hidden_dims=[4]), federation)
-    assert not (tmp_path / "checkpoints").exists(), "no round may run"
+    assert not list(tmp_path.glob("version_*/checkpoints")), "no round may run"
 
 
 @pytest.mark.parametrize(

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 from typing import Any, cast
 
 import yaml
@@ -55,6 +57,11 @@ class FederatedCLI(LightningCLI):
             auto_configure_optimizers=False,
             **kwargs,
         )
+
+    def init_parser(self, **kwargs: Any) -> LightningArgumentParser:
+        """Lightning's parser with argparse's prefix matching off: ``--trainer.round 2`` is an error, not ``rounds``."""
+        kwargs.setdefault("allow_abbrev", False)
+        return super().init_parser(**kwargs)
 
     @staticmethod
     def subcommands() -> dict[str, set[str]]:
@@ -112,8 +119,22 @@ class FederatedCLI(LightningCLI):
 
 
 def main(args: list[str] | None = None) -> None:
-    """Entry point of the ``fedhet`` console script."""
-    FederatedCLI(args=args)
+    """Entry point of the ``fedhet`` console script.
+
+    A data or setup error (a missing data file, nothing trained yet for ``test``, a checkpoint that does not match)
+    ends the command with one line on standard error and exit status 1, as a parse error does (status 2); the
+    traceback is shown with ``--debug`` (anywhere on the command line) or ``FEDHET_DEBUG=1``.
+    """
+    argv = list(sys.argv[1:] if args is None else args)
+    debug = "--debug" in argv or os.environ.get("FEDHET_DEBUG", "") not in ("", "0")
+    argv = [arg for arg in argv if arg != "--debug"]
+    try:
+        FederatedCLI(args=argv)
+    except Exception as err:
+        if debug:
+            raise
+        message = str(err).strip() or type(err).__name__
+        sys.exit(f"fedhet: error: {message}\n(--debug or FEDHET_DEBUG=1 shows the traceback)")
 
 
 if __name__ == "__main__":

@@ -59,7 +59,7 @@ def fit_args(config: Path, root: Path, *extra: str) -> list[str]:
 
 
 def metrics(root: Path) -> list[dict]:
-    rows = csv.DictReader((root / "logs" / "version_0" / "metrics.csv").open())
+    rows = csv.DictReader((root / "version_0" / "metrics.csv").open())
     return [{k: v for k, v in row.items() if not k.startswith("time/")} for row in rows]
 
 
@@ -78,7 +78,7 @@ def uninterrupted(tmp_path, config) -> list[dict]:
 
 def test_sigkill_during_training_loses_at_most_the_current_round(tmp_path, config, uninterrupted):
     root = tmp_path / "killed"
-    ckpt = root / "checkpoints" / "last.ckpt"
+    ckpt = root / "version_0" / "checkpoints" / "last.ckpt"
     proc = subprocess.Popen([sys.executable, "-m", "fedhet", *fit_args(config, root, "--trainer.rounds", "1000")])
     try:
         deadline = time.monotonic() + 240
@@ -103,8 +103,9 @@ def test_sigkill_while_writing_a_checkpoint_keeps_the_previous_one(tmp_path, con
     env = {**os.environ, "KILL_AT_SAVE": "4"}  # the 4th write (after round 4) dies half-way
     proc = subprocess.run([sys.executable, "-c", KILL_WHILE_SAVING, *fit_args(config, root)], env=env, timeout=300)
     assert proc.returncode == -signal.SIGKILL
-    state = load_checkpoint(root / "checkpoints" / "last.ckpt")  # intact, from the write before
+    state = load_checkpoint(root / "version_0" / "checkpoints" / "last.ckpt")  # intact, from the write before
     assert state["round"] == 3
     subprocess.run([sys.executable, "-m", "fedhet", *fit_args(config, root, "--ckpt_path", "last")], check=True)
     assert metrics(root) == uninterrupted
-    assert not list((root / "checkpoints").glob("*.tmp"))  # the next write removed the dead write's temporary file
+    # the next write removed the dead write's temporary file
+    assert not list((root / "version_0" / "checkpoints").glob("*.tmp"))

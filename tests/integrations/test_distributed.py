@@ -45,7 +45,7 @@ def run_cli(
     cmd = [sys.executable, "-m", "fedhet", "fit", "-c", str(config), "--trainer.devices", str(devices)]
     cmd += ["--trainer.default_root_dir", str(root), *extra]
     subprocess.run(cmd, check=True, env=env, timeout=300, capture_output=True)
-    rows = list(csv.DictReader((root / "logs" / "version_0" / "metrics.csv").open()))
+    rows = list(csv.DictReader((root / "version_0" / "metrics.csv").open()))
     return [{k: v for k, v in row.items() if not k.startswith("time/")} for row in rows]
 
 

@@ -203,7 +203,7 @@ def test_covertype_configs_run_end_to_end_on_the_fixture(path, tmp_path, monkeyp
     metrics = cli.trainer.history[-1]
     num_clients = 1 if "centralised" in path.stem else 4
     assert metrics["clients/participants"] == num_clients
-    assert 0.0 <= metrics["val/accuracy_mean"] <= 1.0
+    assert 0.0 <= metrics["val/acc_mean"] <= 1.0
     assert 0.0 <= metrics["val/auroc_mean"] <= 1.0
 
 

@@ -179,7 +179,7 @@ def test_wandb_logger_gets_every_round(offline_wandb, tmp_path, tiny_federation)
     logged = config(records)
     assert logged["model"]["init_args"]["hidden_dims"] == [8]
     assert logged["model"]["init_args"]["finetune_epochs"] == 0
-    assert not (tmp_path / "run" / "logs").exists(), "an explicit logger replaces the default CSV logger"
+    assert not list((tmp_path / "run").glob("version_*/metrics.csv")), "an explicit logger replaces the CSV logger"
 
 
 def test_wandb_logger_from_the_cli(offline_wandb, tmp_path):
@@ -212,5 +212,5 @@ def test_wandb_logger_from_the_cli(offline_wandb, tmp_path):
     assert logged["trainer"]["logger"]["class_path"] == "lightning.pytorch.loggers.WandbLogger"
     assert logged["model"]["class_path"] == "fedhet.modules.FedAvg"
     assert logged["data"]["init_args"]["num_clients"] == 3
-    assert (run_dir / "config.yaml").is_file()
-    assert not (run_dir / "logs").exists()
+    assert (run_dir / "version_0" / "config.yaml").is_file()
+    assert not list(run_dir.glob("version_*/metrics.csv"))

@@ -114,7 +114,7 @@ def test_step1_encoder_and_head_are_loaded_from_a_fedavg_checkpoint(tmp_path):
     step1 = FedAvg(hidden_dims=[8], lr=0.1)
     trainer = fit(tmp_path / "step1", step1, sources, rounds=2, checkpoint_every=1)
     baseline = trainer.test(step1, sources)
-    checkpoint = tmp_path / "step1" / "checkpoints" / "last.ckpt"
+    checkpoint = tmp_path / "step1" / "version_0" / "checkpoints" / "last.ckpt"
     model = dadil(hidden_dims=[8], encoder_checkpoint=str(checkpoint))
     step2 = fit(tmp_path / "step2", model, toy(), rounds=1, log_per_client=True)
     after = step2.test(model, toy())

@@ -27,7 +27,7 @@ def test_a_logger_version_that_leaves_the_run_is_refused(tmp_path, tiny_federati
     version = str(tmp_path / "victim") if version == "<absolute>" else version
     run = tmp_path / "runs" / "mine"
     make_trainer(run, rounds=1).fit(FedRep(hidden_dims=[8]), tiny_federation)
-    ckpt = run / "checkpoints" / "last.ckpt"
+    ckpt = run / "version_0" / "checkpoints" / "last.ckpt"
     _tamper(ckpt, logger_versions=[version])
     with pytest.raises(ValueError, match="field 'logger_versions' holds"):
         make_trainer(run, rounds=2).fit(FedRep(hidden_dims=[8]), tiny_federation, ckpt_path=str(ckpt))
@@ -37,10 +37,11 @@ def test_a_logger_version_that_leaves_the_run_is_refused(tmp_path, tiny_federati
 
 def test_a_logger_version_inside_the_run_resumes(tmp_path, tiny_federation):
     make_trainer(tmp_path, rounds=1).fit(FedRep(hidden_dims=[8]), tiny_federation)
-    _tamper(tmp_path / "checkpoints" / "last.ckpt", logger_versions=["renamed"])
+    _tamper(tmp_path / "version_0" / "checkpoints" / "last.ckpt", logger_versions=["renamed"])
     trainer = make_trainer(tmp_path, rounds=2)
     trainer.fit(FedRep(hidden_dims=[8]), tiny_federation, ckpt_path="last")
-    assert (tmp_path / "logs" / "renamed" / "metrics.csv").is_file()
+    # the run goes on in its checkpoint's version folder (the logger version in the checkpoint is only validated)
+    assert (tmp_path / "version_0" / "metrics.csv").is_file()
 
 
 # ---------------------------------------------------------------- integrity and compatibility (issue 16, item 4)
@@ -57,7 +58,7 @@ def _flip_a_byte_in_the_largest_record(path):
 
 def test_a_flipped_byte_is_refused(tmp_path, tiny_federation):
     make_trainer(tmp_path, rounds=1).fit(FedRep(hidden_dims=[8]), tiny_federation)
-    ckpt = tmp_path / "checkpoints" / "last.ckpt"
+    ckpt = tmp_path / "version_0" / "checkpoints" / "last.ckpt"
     _flip_a_byte_in_the_largest_record(ckpt)
     with pytest.raises(ValueError, match="corrupted: its content does not match its SHA-256"):
         load_checkpoint(ckpt)

@@ -190,7 +190,7 @@ def test_a_client_with_a_long_id_keeps_its_state_and_reaches_the_checkpoint(tmp_
     spilling = _spilling_trainer(tmp_path / "disk", rounds=3)
     spilling.fit(FedRep(hidden_dims=[8]), federation)
     assert _comparable(spilling.history) == _comparable(reference.history)
-    clients = load_checkpoint(tmp_path / "disk" / "checkpoints" / "last.ckpt")["clients"]
+    clients = load_checkpoint(tmp_path / "disk" / "version_0" / "checkpoints" / "last.ckpt")["clients"]
     assert set(clients) == {"a", long_id, "c"}
     for name, value in reference.store[long_id].personal.items():
         assert torch.equal(clients[long_id]["personal"][name], value)
@@ -254,7 +254,7 @@ def test_the_spill_folder_goes_at_the_end_of_the_run_unless_kept(tmp_path, keep)
     )  # fmt: skip
     folder, spilled_during_run = done.stdout.split()
     folder = Path(folder)
-    assert folder.parent == tmp_path / "client_state"
+    assert folder.parent == tmp_path / "version_0" / "client_state"
     assert int(spilled_during_run) == 3
     assert len(list(folder.glob("*.pt"))) == (3 if keep else 0)
     assert (folder / "notes.txt").read_text() == "not the store's"  # a file the store did not write stays

@@ -193,7 +193,7 @@ def test_statistics_neither_covered_nor_declared_public_are_refused_before_anyth
         trainer.fit(FedPAC(hidden_dims=[8], head_epochs=1), tiny_federation)
     assert "'public_statistics'" in str(err.value)
     assert trainer.history == []  # no round was aggregated or logged: no epsilon was reported
-    assert not (tmp_path / "checkpoints").exists()
+    assert not list(tmp_path.glob("version_*/checkpoints"))
 
     public = UploadPrivacy(1.0, 1.0, public_statistics=["*"])  # the user's explicit choice: all public
     trainer = make_trainer(tmp_path / "public", public, rounds=1)

@@ -39,7 +39,7 @@ def test_a_callback_that_makes_the_server_state_nan_is_named_and_the_last_checkp
     with pytest.raises(RuntimeError, match=r"round 1: callback 'PoisonsTheServer' \(on_aggregate_end\) made the"):
         trainer.fit(FedRep(hidden_dims=[8]), tiny_federation)
     assert len(trainer.history) == BAD_ROUND  # the poisoned round was neither evaluated nor logged
-    state = load_checkpoint(tmp_path / "checkpoints" / "last.ckpt")
+    state = load_checkpoint(tmp_path / "version_0" / "checkpoints" / "last.ckpt")
     assert state["round"] == BAD_ROUND  # written after round 0, not overwritten
     assert all(bool(torch.isfinite(t).all()) for t in state["server"]["shared"].values())
 
@@ -48,4 +48,4 @@ def test_a_callback_that_raises_on_the_server_is_named_with_its_round(tmp_path, 
     trainer = make_trainer(tmp_path, rounds=3, callbacks=[RaisesOnTheServer()])
     with pytest.raises(RuntimeError, match=r"round 1: callback 'RaisesOnTheServer' \(on_aggregate_end\) raised Key"):
         trainer.fit(FedRep(hidden_dims=[8]), tiny_federation)
-    assert load_checkpoint(tmp_path / "checkpoints" / "last.ckpt")["round"] == BAD_ROUND
+    assert load_checkpoint(tmp_path / "version_0" / "checkpoints" / "last.ckpt")["round"] == BAD_ROUND

@@ -152,10 +152,10 @@ def test_resume_gives_the_same_metrics(tmp_path, tiny_federation, module_cls):
     assert [e for e in rec.events if e.startswith("round_start")] == ["round_start:2", "round_start:3"]
 
     assert _comparable(resumed.history) == _comparable(full.history)
-    state = load_checkpoint(tmp_path / "split" / "checkpoints" / "last.ckpt")
+    state = load_checkpoint(tmp_path / "split" / "version_0" / "checkpoints" / "last.ckpt")
     assert state["round"] == 4
     # the resumed CSV log holds every round once
-    csv_rows = (tmp_path / "split" / "logs" / "version_0" / "metrics.csv").read_text().strip().splitlines()
+    csv_rows = (tmp_path / "split" / "version_0" / "metrics.csv").read_text().strip().splitlines()
     assert len(csv_rows) == 1 + 4
 
 
@@ -241,7 +241,7 @@ def test_fedavg_ft_finetunes_before_evaluation_only(tmp_path, tiny_federation):
 def test_bad_checkpoints_give_clear_errors(tmp_path, tiny_federation):
     trainer = make_trainer(tmp_path)
     trainer.fit(FedAvg(hidden_dims=[8]), tiny_federation)
-    good = tmp_path / "checkpoints" / "last.ckpt"
+    good = tmp_path / "version_0" / "checkpoints" / "last.ckpt"
     truncated = tmp_path / "truncated.ckpt"
     truncated.write_bytes(good.read_bytes()[:100])
     foreign = tmp_path / "foreign.ckpt"

@@ -3,6 +3,7 @@
 from fedhet.callbacks.anchor_update import AnchorUpdate
 from fedhet.callbacks.base import FederatedCallback
 from fedhet.callbacks.centroid_sync import CentroidSync
+from fedhet.callbacks.dashboard import FederationDashboard
 from fedhet.callbacks.dictionary_averaging import DictionaryAveraging
 from fedhet.callbacks.head_mixing import HeadMixing
 from fedhet.callbacks.kernel_sync import KernelSync
@@ -14,6 +15,7 @@ __all__ = [
     "CentroidSync",
     "DictionaryAveraging",
     "FederatedCallback",
+    "FederationDashboard",
     "HeadMixing",
     "KernelSync",
     "ModelMatching",

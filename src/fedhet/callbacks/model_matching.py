@@ -67,6 +67,7 @@ class ModelMatching(FederatedCallback):
         self.server: nn.ModuleDict | None = None
         self.perms: dict[str, Tensor] = {}
         self.matching_seconds = 0.0
+        self.objective: float | None = None  # the matching objective after the latest round
         self._cols: dict[str, Tensor] = {}
         self._blocks: dict[str, list[str]] = {}
         self._pending: dict[str, Any] | None = None
@@ -158,13 +159,13 @@ class ModelMatching(FederatedCallback):
         self.perms.update(zip(ids, perms, strict=True))
         self._server.load_state_dict({**extractors, **dict(zip(CLASSIFIER, classifier, strict=True))}, strict=False)
         self._publish(server_state)
+        self.objective = matching_objective(clients, cols, perms, weights, classifier)
         fabric = getattr(trainer, "fabric", None)
         if fabric is not None:
-            objective = matching_objective(clients, cols, perms, weights, classifier)
             fabric.log_dict(
                 {
                     "hyfem/matching_seconds": self.matching_seconds,
-                    "hyfem/objective": objective,
+                    "hyfem/objective": self.objective,
                     "hyfem/rematched": float(rematched),
                 },
                 step=round_idx,

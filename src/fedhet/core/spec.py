@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,31 @@ class ClientSpec:
     num_val: int = 0
     num_test: int = 0
     feature_blocks: Mapping[str, int] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The description as plain lists, ints and strings (what ``torch.load(weights_only=True)`` reads back)."""
+        return {
+            "client_id": self.client_id,
+            "input_shape": list(self.input_shape),
+            "num_classes": self.num_classes,
+            "classes": list(self.classes),
+            "num_train": self.num_train,
+            "num_val": self.num_val,
+            "num_test": self.num_test,
+            "feature_blocks": [[name, width] for name, width in self.feature_blocks.items()],
+        }
+
+    @classmethod
+    def from_dict(cls, fields: Mapping[str, Any]) -> ClientSpec:
+        """The inverse of :meth:`to_dict`."""
+        return cls(
+            **{
+                **fields,
+                "input_shape": tuple(fields["input_shape"]),
+                "classes": tuple(fields["classes"]),
+                "feature_blocks": {name: width for name, width in fields["feature_blocks"]},
+            }
+        )
 
     @property
     def input_dim(self) -> int:

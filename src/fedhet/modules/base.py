@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Hashable, Iterable, Mapping
+from contextvars import ContextVar
 from fnmatch import fnmatchcase
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -13,6 +16,19 @@ from torchmetrics import MetricCollection
 
 from fedhet.core import ClientSpec, LocalPhase
 from fedhet.plugins.aggregators import Aggregator, WeightedMean
+from fedhet.plugins.export import CLIENT_SPEC_KEY
+
+#: the client description of the checkpoint being loaded by :meth:`FederatedModule.load_from_checkpoint`
+_LOADING_SPEC: ContextVar[ClientSpec | None] = ContextVar("fedhet_loading_client_spec", default=None)
+
+
+def _client_spec_in(checkpoint_path: Any) -> ClientSpec | None:
+    """The client description stored in a checkpoint file by :mod:`fedhet.plugins.export`, or ``None``."""
+    if not isinstance(checkpoint_path, (str, os.PathLike)) or not Path(checkpoint_path).is_file():
+        return None
+    checkpoint = torch.load(checkpoint_path, map_location="cpu", weights_only=True)
+    fields = checkpoint.get(CLIENT_SPEC_KEY) if isinstance(checkpoint, dict) else None
+    return ClientSpec.from_dict(fields) if fields is not None else None
 
 
 class FederatedModule(LightningModule):
@@ -39,9 +55,22 @@ class FederatedModule(LightningModule):
 
     def __init__(self) -> None:
         super().__init__()
-        self.client_spec: ClientSpec | None = None
+        self.client_spec: ClientSpec | None = _LOADING_SPEC.get()
         self.local_train_loader: Iterable | None = None
         self.local_logs: dict[str, list[Tensor]] | None = None
+
+    @classmethod
+    def load_from_checkpoint(cls, checkpoint_path: Any, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        """Lightning's ``load_from_checkpoint``, for a client exported by ``FederatedTrainer.export_client``.
+
+        The checkpoint holds the client's description, which the module needs to build its layers before Lightning
+        loads the weights; checkpoints without one load as in Lightning.
+        """
+        token = _LOADING_SPEC.set(_client_spec_in(checkpoint_path))
+        try:
+            return super().load_from_checkpoint(checkpoint_path, *args, **kwargs)
+        finally:
+            _LOADING_SPEC.reset(token)
 
     # ---------------------------------------------------------------- the client
     def setup_client(self, spec: ClientSpec) -> None:

@@ -41,6 +41,7 @@ from fedhet.modules.base import FederatedModule
 from fedhet.modules.blocks import mlp
 from fedhet.plugins.checkpoint import FORMAT as CHECKPOINT_FORMAT
 from fedhet.plugins.checkpoint import load_checkpoint
+from fedhet.plugins.run_folder import latest_checkpoint
 
 #: what a client uploads (its atom version) and what the server broadcasts (the global dictionary)
 #: logit of the true class in the initial atom labels of the softmax parametrisation (softmax(10) is ~1 - 4e-4 c)
@@ -60,14 +61,20 @@ def load_step1_state(path: str | Path) -> dict[str, Tensor]:
     """The ``body.*`` and ``head.*`` tensors of a step-1 model: a fedhet checkpoint (server state) or a state dict.
 
     Args:
-        path: a ``FederatedTrainer`` checkpoint (e.g. ``<root>/checkpoints/last.ckpt`` of a FedAvg run) or a file
-            holding a ``state_dict`` saved with ``torch.save``.
+        path: a ``FederatedTrainer`` checkpoint (e.g. ``<root>/version_0/checkpoints/last.ckpt`` of a FedAvg run), a
+            run folder ``<root>`` (its latest version's ``last.ckpt``), or a file holding a ``state_dict`` saved with
+            ``torch.save``.
 
     Returns:
         the encoder (``body.*``) and head (``head.*``) tensors, keyed by their names in
         :class:`~fedhet.modules.FederatedClassifier`.
 
     """
+    if Path(path).is_dir():
+        found = latest_checkpoint(path)
+        if found is None:
+            raise FileNotFoundError(f"FedDaDiL: no step-1 checkpoint under {str(path)!r}; run step 1 first")
+        path = found
     state = torch.load(path, map_location="cpu", weights_only=True)
     if isinstance(state, dict) and state.get("format") == CHECKPOINT_FORMAT:
         state = load_checkpoint(path)  # a federation checkpoint: its checksum verified

@@ -239,8 +239,8 @@ class GlobalLayers(FederatedModule):
     label the client never trained on is a negative for every class and is ignored by balanced accuracy.
 
     Metrics (per client, raw logits): ``auroc``, ``auprc`` (one-vs-rest macro; a class the split lacks scores 0.5 /
-    0), ``auroc_present``/``auprc_present`` (such classes skipped), ``balanced_accuracy``, ``accuracy`` (a binary head
-    predicts 1 where its logit is at least ``threshold``) and ``loss``.
+    0), ``auroc_present``/``auprc_present`` (such classes skipped), ``balanced_accuracy``, ``acc`` (accuracy, named as
+    in every other fedhet module; a binary head predicts 1 where its logit is at least ``threshold``) and ``loss``.
 
     Args:
         global_modules: names of the top-level modules that are global (a subset of :data:`GLOBAL_CANDIDATES`, or
@@ -446,7 +446,7 @@ class GlobalLayers(FederatedModule):
                 "auprc": ClientMetric("auprc", num_head_classes),
                 "auprc_present": ClientMetric("auprc", num_head_classes, absent="skip"),
                 "balanced_accuracy": ClientMetric("balanced_accuracy", num_head_classes, threshold=self.threshold),
-                "accuracy": ClientMetric("accuracy", num_head_classes, threshold=self.threshold),
+                "acc": ClientMetric("accuracy", num_head_classes, threshold=self.threshold),
                 "loss": MeanMetric(sync_on_compute=False),
             },
             compute_groups=False,

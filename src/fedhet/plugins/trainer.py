@@ -13,7 +13,6 @@ import yaml
 from lightning.fabric import Fabric
 from lightning.fabric.loggers import Logger
 from lightning.pytorch import Callback, LightningModule
-from lightning.pytorch.loggers import CSVLogger
 
 from fedhet.core import ClientState, EngineModule, FederatedModuleProtocol, RoundUploads, ServerState
 from fedhet.plugins.aggregators import Aggregator
@@ -24,12 +23,15 @@ from fedhet.plugins.checkpoint import (
     save_checkpoint,
 )
 from fedhet.plugins.client_store import ClientStore
+from fedhet.plugins.compatibility import state_mismatch
 from fedhet.plugins.context import ClientContext
 from fedhet.plugins.distributed import barrier, check_multi_node_launch, gather_objects, owner_rank
+from fedhet.plugins.export import save_lightning_checkpoint
 from fedhet.plugins.fingerprint import callback_keys, fingerprint_differences, run_fingerprint, stateful
 from fedhet.plugins.hooks import CallbackHooks
 from fedhet.plugins.policies import FailureBudget, PlainUpdate, PrivateUpdate, ServerUpdate, upload_checks
 from fedhet.plugins.privacy import UploadPrivacy
+from fedhet.plugins.run_folder import RunCSVLogger, RunFolder, claim_version, latest_checkpoint, version_of
 from fedhet.plugins.runners import ClientRunner, SequentialRunner
 from fedhet.plugins.sampling import ClientSampler, FullParticipation
 from fedhet.plugins.server_step import check_server_state, run_server_hook
@@ -83,10 +85,14 @@ class FederatedTrainer:
             papers and their reference code do with one random seed): one initialisation per client architecture, the
             same draw that initialises the shared layers, so clients whose layers have the same names and shapes start
             identical. ``"per_client"``: each client's personal layers drawn from its own seed (seed, client id).
-        default_root_dir: where logs, the saved config and checkpoints go.
+        default_root_dir: the folder of the runs: each run (``fit`` from scratch, ``validate``, ``test``) writes its
+            config, CSV logs, checkpoints, spilled client states and plots into its own new ``version_N`` folder
+            there (:mod:`fedhet.plugins.run_folder`); a resumed ``fit`` goes on in its checkpoint's folder.
         logger: a Lightning/Fabric logger or a list of them; ``True`` for a CSV logger, ``False`` for none.
-        callbacks: federation callbacks (merged with the module's ``configure_callbacks()``).
-        checkpoint_every: save ``checkpoints/last.ckpt`` every this many rounds (0: never).
+        callbacks: federation callbacks (merged with the module's ``configure_callbacks()``); Lightning's
+            ``ModelCheckpoint`` and ``EarlyStopping`` act at round granularity
+            (:mod:`fedhet.callbacks.lightning_adapters`), any other Lightning callback is refused.
+        checkpoint_every: save ``version_N/checkpoints/last.ckpt`` every this many rounds (0: never).
         enable_progress_bar: show a ``rich`` progress display (only on rank 0 and in a terminal).
         log_per_client: also log each client's evaluation metrics.
         max_client_failures: the fraction of a round's clients that may fail (raise, upload NaN/Inf, or straggle past
@@ -99,9 +105,9 @@ class FederatedTrainer:
             straggle.
         client_state_budget_mb: keep at most this many MiB of clients' personal state (and kept optimizer state) in
             memory per process; the least recently trained clients' states spill to a folder of this run's own,
-            ``<root>/client_state/<run>-rank<r>/``, locked while the run uses it, and are read back when those clients
-            next take part. The folder is deleted when the trainer is done with it (garbage collected, or at exit)
-            unless ``keep_client_state``; no other run's folder is touched. ``None`` keeps every state in memory.
+            ``version_N/client_state/<run>-rank<r>/``, locked while the run uses it, and are read back when those
+            clients next take part. The folder is deleted when the trainer is done with it (garbage collected, or at
+            exit) unless ``keep_client_state``; no other run's folder is touched. ``None`` keeps every state in memory.
         privacy: client-level differential privacy of the uploads (:class:`~fedhet.plugins.UploadPrivacy`): clipped
             updates, Gaussian noise on the aggregate of the shared parameters (uniform over clients, so ``aggregator``
             must be left unset) and on the chosen statistics, and ``privacy/epsilon`` logged every round.
@@ -193,6 +199,7 @@ class FederatedTrainer:
         self.seed = seed
         self.personal_init = personal_init
         self.default_root_dir = Path(default_root_dir)
+        self.run = RunFolder(self.default_root_dir)
         self.checkpoint_every = checkpoint_every
         self.enable_progress_bar = enable_progress_bar
         self.log_per_client = log_per_client
@@ -225,13 +232,20 @@ class FederatedTrainer:
         self._comm_totals = {"up": 0, "down": 0}
         self._has_state = False
         self.fitting = False
+        self.should_stop = False  # a callback sets it in on_round_end to end fit after that round
 
     # ------------------------------------------------------------------ public entry points
     def fit(self, model: LightningModule, datamodule: Any, ckpt_path: str | None = None) -> None:
-        """Train the federation for ``rounds`` rounds, resuming from ``ckpt_path`` (``"last"``: the latest)."""
+        """Train the federation for ``rounds`` rounds, resuming from ``ckpt_path`` (``"last"``: the latest version's).
+
+        A run from scratch writes into a new ``version_N`` folder of ``default_root_dir``; a run resumed from a
+        checkpoint of one of those folders goes on in that folder.
+        """
         path = self._resolve_ckpt(ckpt_path, required=False)
         state = load_checkpoint(path) if path is not None else None
-        self._launch(model, state, path)
+        if state is not None:  # untrusted content: a logger version naming a folder outside the run is refused
+            resumed_logger_version(state, self.default_root_dir, path)
+        self._launch(model, version_of(path, self.default_root_dir) if path is not None else None)
         self._prepare(model, datamodule, "fit")
         if state is not None and path is not None:
             if (state.get("privacy") is None) != (self.privacy is None):
@@ -246,6 +260,7 @@ class FederatedTrainer:
         self._log_run_config(model)
         fabric = self._fabric
         self.fitting = True
+        self.should_stop = False
         self._hooks("on_federation_start", module=model)
         for round_idx in range(self.current_round, self.rounds):
             metrics = self._run_round(round_idx)
@@ -254,9 +269,11 @@ class FederatedTrainer:
             self.current_round = round_idx + 1
             self._hooks("on_round_end", round_idx=round_idx, metrics=metrics)
             if self.checkpoint_every and (
-                self.current_round % self.checkpoint_every == 0 or self.current_round == self.rounds
+                self.current_round % self.checkpoint_every == 0 or self.current_round == self.rounds or self.should_stop
             ):
-                self.save_checkpoint(self.default_root_dir / "checkpoints" / "last.ckpt")
+                self.save_checkpoint(self.run.checkpoints / "last.ckpt")
+            if self.should_stop:  # set by a callback (EarlyStopping) in on_round_end
+                break
         self.fitting = False
         self._hooks("on_federation_end")
         for logger in fabric.loggers:
@@ -269,6 +286,33 @@ class FederatedTrainer:
     def test(self, model: LightningModule, datamodule: Any, ckpt_path: str | None = None) -> dict[str, float]:
         """Evaluate every client's personalised model on its test split."""
         return self._evaluate_only("test", model, datamodule, ckpt_path)
+
+    def client_module(self, client_id: str) -> LightningModule:
+        """A new module of the run's class holding ``client_id``'s trained model, on the CPU, in evaluation mode.
+
+        Its layers are built for the client and hold the client's personal parameters and the server's parameters
+        for it (what the client evaluates, before any ``adaptation_phases`` fine-tuning), plus the statistics the
+        server broadcasts; it can be tested under a plain ``lightning.Trainer`` on the client's ``ClientDataModule``.
+        """
+        if client_id not in getattr(self, "_index", {}):
+            known = list(getattr(self, "_client_ids", []))
+            raise KeyError(f"client '{client_id}' is not in this federation (clients: {known}); call fit or test first")
+        if not self.owns(client_id):
+            raise ValueError(f"client '{client_id}' is kept by another process: call client_module there")
+        slot, _ = self.context.load(client_id)
+        module = self.context.build(client_id, self.context.init_seed(client_id))
+        module.load_state_dict(slot.module.state_dict())
+        if self.server_state.statistics:
+            module.receive_statistics(self.server_state.statistics)
+        return module.cpu().eval()
+
+    def export_client(self, client_id: str, path: str | Path) -> Path:
+        """Write ``client_id``'s trained model (:meth:`client_module`) as a Lightning checkpoint at ``path``.
+
+        ``ModuleClass.load_from_checkpoint(path)`` rebuilds it (hyperparameters, the client's layers and weights)
+        in any Lightning project; returns the path.
+        """
+        return save_lightning_checkpoint(self.client_module(client_id), path)
 
     @property
     def callback_metrics(self) -> dict[str, float]:
@@ -303,6 +347,11 @@ class FederatedTrainer:
         return list(self._hooks.callbacks)
 
     @property
+    def run_dir(self) -> Path:
+        """This run's version folder, ``<default_root_dir>/version_N`` (known once fit, validate or test started)."""
+        return self.run.path
+
+    @property
     def global_rank(self) -> int:
         """This process's rank."""
         return self._fabric.global_rank if self.fabric is not None else 0
@@ -333,6 +382,16 @@ class FederatedTrainer:
         declared = [declared] if isinstance(declared, Callback) else list(declared)
         declared_types = {type(cb) for cb in declared}
         callbacks = [cb for cb in self.user_callbacks if type(cb) not in declared_types] + declared
+        from fedhet.callbacks.lightning_adapters import adapt_lightning_callbacks
+
+        callbacks = adapt_lightning_callbacks(callbacks)  # ModelCheckpoint/EarlyStopping act on rounds; others refused
+        from lightning.pytorch.loggers import WandbLogger
+
+        from fedhet.callbacks.dashboard import FederationDashboard
+
+        has_dashboard = any(isinstance(cb, FederationDashboard) for cb in callbacks)
+        if any(isinstance(lg, WandbLogger) for lg in self.loggers) and not has_dashboard:
+            callbacks.append(FederationDashboard())  # tables, histograms, method pictures, checkpoint artifact
         if self.enable_progress_bar:
             from fedhet.callbacks.progress import RichRoundProgress
 
@@ -340,9 +399,8 @@ class FederatedTrainer:
                 callbacks.append(RichRoundProgress())
         return callbacks
 
-    def _launch(
-        self, model: LightningModule, resume_from: dict[str, Any] | None = None, path: Path | None = None
-    ) -> None:
+    def _launch(self, model: LightningModule, version: int | None = None) -> None:
+        """Start Fabric's processes and bind the run's version folder (``version``, or a new one claimed by rank 0)."""
         if not isinstance(model, LightningModule) or not isinstance(model, FederatedModuleProtocol):
             raise TypeError(
                 f"FederatedTrainer needs a LightningModule implementing the federated module contract"
@@ -351,14 +409,16 @@ class FederatedTrainer:
         if self.fabric is not None:
             return
         if self._default_logger and not self.loggers:
-            logs_dir = self.default_root_dir / "logs"
-            version = resumed_logger_version(resume_from, logs_dir, path) if resume_from else None
-            self.loggers = [CSVLogger(save_dir=self.default_root_dir, name="logs", version=version)]
+            self.loggers = [RunCSVLogger(self.run)]
         check_multi_node_launch(int(self._fabric_kwargs["num_nodes"]))
         callbacks = self._callbacks_for(model)
         self._hooks = CallbackHooks(callbacks, trainer=self)
         self.fabric = Fabric(**self._fabric_kwargs, loggers=self.loggers, callbacks=callbacks)
         self.fabric.launch()
+        if version is None:
+            claimed = claim_version(self.default_root_dir) if self.fabric.is_global_zero else None
+            version = self.fabric.broadcast(claimed)
+        self.run.bind(version)
 
     def setup(self, model: LightningModule, datamodule: Any, stage: str = "fit") -> ClientContext:
         """Launch Fabric, check the clients and initialise the server state, without running a round.
@@ -434,7 +494,7 @@ class FederatedTrainer:
 
     def _spill_dir(self) -> Path:
         """This run's and process's own folder for spilled client states (locked by its store; no other run's)."""
-        return self.default_root_dir / "client_state" / f"{self._run_name}-rank{self._fabric.global_rank}"
+        return self.run.client_state / f"{self._run_name}-rank{self._fabric.global_rank}"
 
     def owns(self, client_id: str) -> bool:
         """Whether this process trains and keeps the state of ``client_id``."""
@@ -540,7 +600,8 @@ class FederatedTrainer:
     ) -> dict[str, float]:
         path = self._resolve_ckpt(ckpt_path, required=not self._has_state)
         state = load_checkpoint(path) if path is not None else None
-        self._launch(model)  # a new logger version: evaluation never overwrites the training logs
+        self._launch(model)  # a new version folder: evaluation never overwrites the training logs
+        self._save_run_config()
         self._prepare(model, datamodule, "validate" if stage == "val" else "test")
         if state is not None and path is not None:
             self._restore(state, path)
@@ -558,10 +619,14 @@ class FederatedTrainer:
                     "no trained federation to evaluate: pass ckpt_path (a file or 'last') or call fit first"
                 )
             return None
-        path = self.default_root_dir / "checkpoints" / "last.ckpt" if ckpt_path == "last" else Path(ckpt_path)
-        if ckpt_path == "last" and not path.is_file() and not required:
-            log.warning("ckpt_path='last' but %s does not exist: starting from scratch", path)
-            return None
+        if ckpt_path != "last":
+            return Path(ckpt_path)
+        path = latest_checkpoint(self.default_root_dir)
+        if path is None:
+            message = f"ckpt_path='last' but no version folder of {str(self.default_root_dir)!r} holds a checkpoint"
+            if required:
+                raise FileNotFoundError(f"{message}: nothing was trained yet with this default_root_dir")
+            log.warning("%s: starting from scratch", message)
         return path
 
     def save_checkpoint(self, path: str | Path) -> None:
@@ -609,6 +674,7 @@ class FederatedTrainer:
         if state.get("privacy") is not None:
             self._server_update.load_state_dict(state["privacy"])
         self.server_state.load_state_dict(state["server"])
+        self._check_module_matches(state, path)
         self._store = self._new_store()
         for cid, client_state in state["clients"].items():
             if self.owns(cid):
@@ -633,11 +699,32 @@ class FederatedTrainer:
             self._fingerprint = run_fingerprint(context.template, clients, context.specs, self.callbacks)
         return self._fingerprint
 
+    def _check_module_matches(self, state: dict[str, Any], path: Path) -> None:
+        """Refuse, in one message, a checkpoint whose tensors do not fit the module (one client per architecture)."""
+        for cid in self.context.architectures():
+            slot = self.context.slot(cid)
+            expected = dict(slot.module.state_dict())
+            saved = self.server_state.payload_for(cid, slot.shared)
+            if cid in state["clients"]:
+                saved.update(ClientState.from_state_dict(state["clients"][cid]).personal)
+            else:  # the client never trained: only its shared tensors are in the checkpoint
+                expected = {name: expected[name] for name in slot.shared}
+            problems = state_mismatch(expected, saved)
+            if problems:
+                raise ValueError(
+                    f"checkpoint {str(path)!r} does not fit the module {type(self.context.template).__name__} (client"
+                    f" '{cid}': {'; '.join(problems)}); build the module as the run that wrote the checkpoint did"
+                    " (its config.yaml)"
+                )
+
     def _log_run_config(self, model: LightningModule) -> None:
         class_path = f"{type(model).__module__}.{type(model).__qualname__}"
         config = self.run_config or {"model": {"class_path": class_path, "init_args": dict(model.hparams)}}
         for logger in self._fabric.loggers:
             logger.log_hyperparams(config)
+        self._save_run_config()
+
+    def _save_run_config(self) -> None:
+        """Write the CLI's resolved config as ``config.yaml`` into the run's version folder."""
         if self._fabric.is_global_zero and self.run_config is not None:
-            self.default_root_dir.mkdir(parents=True, exist_ok=True)
-            (self.default_root_dir / "config.yaml").write_text(yaml.safe_dump(self.run_config, sort_keys=False))
+            (self.run.path / "config.yaml").write_text(yaml.safe_dump(self.run_config, sort_keys=False))

@@ -154,19 +154,19 @@ def load_covertype(path: str | os.PathLike[str] | None = None, download: bool = 
         ValueError: when the table does not have the UCI layout.
 
     """
+    hint = (
+        "download covtype.data.gz from https://archive.ics.uci.edu/dataset/31/covertype and pass its path"
+        " (`path=` / `--data.init_args.path`), or put it in $FEDHET_DATA/"
+    )
     if path is not None:
         if not Path(path).is_file():
-            raise FileNotFoundError(f"Covertype file {path} does not exist")
+            raise FileNotFoundError(f"Covertype file {path} does not exist; {hint}, or leave the path unset")
         table = _parse_table(Path(path))
     else:
         found = next((candidate for candidate in _default_paths() if candidate.is_file()), None)
         if found is not None:
             table = _parse_table(found)
         else:
-            hint = (
-                "download covtype.data.gz from https://archive.ics.uci.edu/dataset/31/covertype and pass its path"
-                " (`path=` / `--data.init_args.path`), or put it in $FEDHET_DATA/"
-            )
             if not download:
                 raise FileNotFoundError(f"Covertype data not found; {hint}")
             try:

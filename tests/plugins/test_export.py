@@ -1,0 +1,59 @@
+"""A client's trained model as its LightningModule and as a Lightning checkpoint; mismatched modules are refused."""
+
+import pytest
+import torch
+
+from fedhet.modules import FedAvg, FedRep
+from fedhet.plugins import FederatedTrainer
+from tests.conftest import plain_trainer
+
+
+def fitted(tmp_path, module, federation, rounds=2):
+    trainer = FederatedTrainer(rounds=rounds, accelerator="cpu", enable_progress_bar=False, default_root_dir=tmp_path)
+    trainer.fit(module, federation)
+    return trainer
+
+
+@pytest.mark.parametrize("module_cls", [FedAvg, FedRep])
+def test_client_module_scores_what_the_federation_scored(tmp_path, tiny_federation, module_cls):
+    trainer = fitted(tmp_path, module_cls(hidden_dims=[8]), tiny_federation)
+    federated = trainer.test(module_cls(hidden_dims=[8]), tiny_federation)
+    for cid in ("a", "c"):
+        module = trainer.client_module(cid)
+        assert isinstance(module, module_cls)
+        assert module.client_spec.client_id == cid
+        (plain,) = plain_trainer().test(module, tiny_federation.client(cid), verbose=False)
+        assert plain["test/acc"] == pytest.approx(federated[f"test/acc/{cid}"], abs=1e-6)
+
+
+def test_personal_heads_differ_between_clients(tmp_path, tiny_federation):
+    trainer = fitted(tmp_path, FedRep(hidden_dims=[8]), tiny_federation)
+    a, c = trainer.client_module("a"), trainer.client_module("c")
+    torch.testing.assert_close(a.body.state_dict(), c.body.state_dict())  # the shared body
+    assert not torch.equal(a.head.weight, c.head.weight)
+
+
+def test_exported_client_loads_with_lightning(tmp_path, tiny_federation):
+    trainer = fitted(tmp_path, FedRep(hidden_dims=[8], head_epochs=2), tiny_federation)
+    path = trainer.export_client("b", tmp_path / "b.ckpt")
+    checkpoint = torch.load(path, weights_only=True)
+    assert {"state_dict", "hyper_parameters", "pytorch-lightning_version"} <= checkpoint.keys()
+    restored = FedRep.load_from_checkpoint(path)
+    assert restored.hparams.head_epochs == 2
+    assert restored.client_spec == tiny_federation.specs["b"]
+    torch.testing.assert_close(restored.state_dict(), trainer.client_module("b").state_dict())
+    (plain,) = plain_trainer().test(restored, tiny_federation.client("b"), verbose=False)
+    assert 0.0 <= plain["test/acc"] <= 1.0
+    with pytest.raises(KeyError, match="client 'z' is not in this federation"):
+        trainer.client_module("z")
+
+
+def test_a_module_that_does_not_fit_the_checkpoint_is_refused_in_one_message(tmp_path, tiny_federation):
+    fitted(tmp_path, FedRep(hidden_dims=[8]), tiny_federation)
+    tester = FederatedTrainer(accelerator="cpu", enable_progress_bar=False, default_root_dir=tmp_path)
+    message = r"does not fit the module FedRep \(client 'a': 'body\.1\.weight' has shape"
+    with pytest.raises(ValueError, match=message) as err:
+        tester.test(FedRep(hidden_dims=[16]), tiny_federation, ckpt_path="last")
+    assert "(8, 6) in the checkpoint, (16, 6) in the module" in str(err.value)
+    with pytest.raises(ValueError, match=r"does not fit the module FedAvg .*'body\.3\.weight' is missing"):
+        tester.test(FedAvg(hidden_dims=[8, 8]), tiny_federation, ckpt_path="last")
