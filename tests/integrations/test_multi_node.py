@@ -42,7 +42,7 @@ def run_two_nodes(tmp_path: Path, model: str, rounds: int) -> list[dict]:
     for node, output in zip(nodes, outputs, strict=True):
         assert node.returncode == 0, output[-3000:]
     assert any("Starting with 2 processes" in output for output in outputs)
-    rows = list(csv.DictReader((root / "logs" / "version_0" / "metrics.csv").open()))
+    rows = list(csv.DictReader((root / "version_0" / "metrics.csv").open()))
     return [{k: v for k, v in row.items() if not k.startswith("time/")} for row in rows]
 
 

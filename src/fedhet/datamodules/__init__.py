@@ -2,6 +2,7 @@
 
 from fedhet.core import ClientSpec
 from fedhet.datamodules.client import ClientDataModule
+from fedhet.datamodules.csv_client import CSVClientDataModule
 from fedhet.datamodules.datasets import (
     CovertypeFederation,
     DigitsFamilyFederation,
@@ -18,6 +19,7 @@ from fedhet.datamodules.synthetic import LinearMappingToy, NoisyFeaturesToy
 from fedhet.datamodules.tensor_dataset import TensorBatchLoader, TensorPairDataset, collate_batched
 
 __all__ = [
+    "CSVClientDataModule",
     "ClientDataModule",
     "ClientSpec",
     "CovertypeFederation",
