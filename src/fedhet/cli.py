@@ -12,6 +12,7 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, _Instan
 
 from fedhet.datamodules.federated import FederatedDataModule
 from fedhet.modules.base import FederatedModule
+from fedhet.plugins.run_folder import config_root, latest_checkpoint
 from fedhet.plugins.trainer import FederatedTrainer
 
 
@@ -62,6 +63,14 @@ class FederatedCLI(LightningCLI):
         """Lightning's parser with argparse's prefix matching off: ``--trainer.round 2`` is an error, not ``rounds``."""
         kwargs.setdefault("allow_abbrev", False)
         return super().init_parser(**kwargs)
+
+    def before_fit(self) -> None:
+        """Run the runs the module needs first (e.g. FedDaDiL's step 1) when their folders hold no checkpoint yet."""
+        for config in getattr(self.model, "required_runs", list)():
+            root = config_root(config)
+            if latest_checkpoint(root) is None:
+                print(f"fedhet: {config} has no checkpoint under {root} yet: running it first", flush=True)
+                FederatedCLI(args=["fit", "-c", str(config)])
 
     @staticmethod
     def subcommands() -> dict[str, set[str]]:

@@ -41,7 +41,7 @@ from fedhet.modules.base import FederatedModule
 from fedhet.modules.blocks import mlp
 from fedhet.plugins.checkpoint import FORMAT as CHECKPOINT_FORMAT
 from fedhet.plugins.checkpoint import load_checkpoint
-from fedhet.plugins.run_folder import latest_checkpoint
+from fedhet.plugins.run_folder import config_root, latest_checkpoint
 
 #: what a client uploads (its atom version) and what the server broadcasts (the global dictionary)
 #: logit of the true class in the initial atom labels of the softmax parametrisation (softmax(10) is ~1 - 4e-4 c)
@@ -120,7 +120,11 @@ class FedDaDiL(FederatedModule):
         atom_epochs: :math:`E`, passes over the atoms per round.
         target: client id of the unlabelled target (its labels are only used to evaluate); ``None``: all labelled.
         hidden_dims: hidden widths of the step-1 MLP encoder (empty: features are the flattened inputs).
-        encoder_checkpoint: step-1 model (see :func:`load_step1_state`); required when ``hidden_dims`` is not empty.
+        encoder_checkpoint: step-1 model (see :func:`load_step1_state`); required when ``hidden_dims`` is not empty,
+            unless ``encoder_config`` is given.
+        encoder_config: step 1's ``fedhet`` config instead: the encoder is its run folder's latest checkpoint, and
+            ``fedhet fit`` runs step 1 first when that folder holds none (:meth:`required_runs`), so both steps run
+            from one command.
         labelling: ``"e"`` or ``"r"``, the labelling reported as ``acc``.
         optimizer: ``"sgd"`` (the paper's projected gradient steps) or ``"adam"``.
         lr: :math:`\eta`, the step of the atoms (features and labels).
@@ -156,6 +160,7 @@ class FedDaDiL(FederatedModule):
         target: str | None = None,
         hidden_dims: Sequence[int] = (),
         encoder_checkpoint: str | None = None,
+        encoder_config: str | None = None,
         labelling: Literal["e", "r"] = "r",
         optimizer: Literal["adam", "sgd"] = "sgd",
         lr: float = 0.1,
@@ -194,8 +199,11 @@ class FedDaDiL(FederatedModule):
                 "FedDaDiL: fields 'lr' and 'coordinate_lr' must be positive and 'beta' non-negative,"
                 f" got {lr}, {coordinate_lr}, {beta}"
             )
-        if hidden_dims and encoder_checkpoint is None:
-            raise ValueError("FedDaDiL: field 'hidden_dims' describes a step-1 encoder; give its 'encoder_checkpoint'")
+        if hidden_dims and encoder_checkpoint is None and encoder_config is None:
+            raise ValueError(
+                "FedDaDiL: field 'hidden_dims' describes a step-1 encoder; give its 'encoder_checkpoint' or"
+                " 'encoder_config'"
+            )
         self.save_hyperparameters()
         self.num_atoms = num_atoms
         self.atom_size = atom_size
@@ -204,6 +212,7 @@ class FedDaDiL(FederatedModule):
         self.target = target
         self.hidden_dims = tuple(hidden_dims)
         self.encoder_checkpoint = encoder_checkpoint
+        self.encoder_config = encoder_config
         self.labelling = labelling
         self.optimizer_name = optimizer
         self.lr = lr
@@ -226,6 +235,10 @@ class FedDaDiL(FederatedModule):
         self._labellers: _Labellers | None = None
 
     # ---------------------------------------------------------------- layers
+    def required_runs(self) -> list[str]:
+        """Configs of the runs whose checkpoints this module reads: step 1's, when ``encoder_config`` is given."""
+        return [self.encoder_config] if self.encoder_config is not None else []
+
     def configure_model(self) -> None:
         """The frozen encoder (and step-1 head), the atoms and the coordinates (once)."""
         if hasattr(self, "atom_features"):
@@ -234,14 +247,17 @@ class FedDaDiL(FederatedModule):
         c = spec.num_classes
         self.body, width = mlp(spec.input_dim, self.hidden_dims)
         self.head: nn.Linear | None = None
-        if self.encoder_checkpoint is not None:
-            state = load_step1_state(self.encoder_checkpoint)
+        checkpoint = self.encoder_checkpoint
+        if checkpoint is None and self.encoder_config is not None:
+            checkpoint = str(config_root(self.encoder_config))  # the step-1 run folder: its latest checkpoint
+        if checkpoint is not None:
+            state = load_step1_state(checkpoint)
             if "head.weight" in state:
                 self.head = nn.Linear(width, c)
             missing = self.load_state_dict(state, strict=False).missing_keys
             if any(name.startswith(("body.", "head.")) for name in missing):
                 raise ValueError(
-                    f"FedDaDiL: {self.encoder_checkpoint!r} does not hold an MLP encoder of hidden_dims"
+                    f"FedDaDiL: {checkpoint!r} does not hold an MLP encoder of hidden_dims"
                     f" {list(self.hidden_dims)} for client '{spec.client_id}' (missing {missing})"
                 )
         z, y = init_dictionary(self.num_atoms, self.atom_size, width, c, torch.Generator().manual_seed(self.atom_seed))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import yaml
 from lightning.pytorch.loggers import CSVLogger
 
 _VERSION = re.compile(r"version_(\d+)")
@@ -41,6 +42,15 @@ def version_of(path: str | Path, root: str | Path) -> int | None:
     if match is None or path.parent.name != "checkpoints" or folder.parent != root:
         return None
     return int(match.group(1))
+
+
+def config_root(config: str | Path) -> Path:
+    """The run folder (``trainer.default_root_dir``) a ``fedhet`` YAML config writes to (``fedhet_runs`` by default)."""
+    path = Path(config)
+    if not path.is_file():
+        raise FileNotFoundError(f"config {str(path)!r} does not exist")
+    trainer = (yaml.safe_load(path.read_text()) or {}).get("trainer") or {}
+    return Path(trainer.get("default_root_dir", "fedhet_runs"))
 
 
 def claim_version(root: str | Path) -> int:

@@ -1,0 +1,42 @@
+"""FedDaDiL's two steps from one command: ``fedhet fit`` runs step 1 first when its run folder has no checkpoint."""
+
+import sys
+
+import yaml
+
+from fedhet.cli import main
+from fedhet.plugins.checkpoint import load_checkpoint
+from fedhet.plugins.run_folder import versions
+
+DATA = {
+    "class_path": "fedhet.datamodules.RotatedBlobsDomains",
+    "init_args": {"samples_per_class": 24, "batch_size": 16},
+}
+
+
+def test_step_two_runs_step_one_first_then_reuses_it(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", ["fedhet"])
+    step1 = {
+        "trainer": {"rounds": 2, "enable_progress_bar": False, "default_root_dir": str(tmp_path / "step1")},
+        "model": {"class_path": "fedhet.modules.FedAvg", "init_args": {"hidden_dims": [8]}},
+        "data": {**DATA, "init_args": {**DATA["init_args"], "include_target": False}},
+    }
+    (tmp_path / "step1.yaml").write_text(yaml.safe_dump(step1))
+    settings = {"num_atoms": 2, "atom_size": 8, "batch_size": 8, "target": "theta45", "barycenter_iters": 3}
+    step2 = {
+        "trainer": {"rounds": 1, "enable_progress_bar": False, "default_root_dir": str(tmp_path / "step2")},
+        "model": {
+            "class_path": "fedhet.modules.FedDaDiL",
+            "init_args": {**settings, "hidden_dims": [8], "encoder_config": str(tmp_path / "step1.yaml")},
+        },
+        "data": DATA,
+    }
+    (tmp_path / "step2.yaml").write_text(yaml.safe_dump(step2))
+    main(["fit", "-c", str(tmp_path / "step2.yaml")])
+    assert "has no checkpoint under" in capsys.readouterr().out
+    assert load_checkpoint(tmp_path / "step1" / "version_0" / "checkpoints" / "last.ckpt")["round"] == 2
+    assert load_checkpoint(tmp_path / "step2" / "version_0" / "checkpoints" / "last.ckpt")["round"] == 1
+    main(["fit", "-c", str(tmp_path / "step2.yaml")])  # step 1's checkpoint is found: it does not run again
+    assert "has no checkpoint under" not in capsys.readouterr().out
+    assert versions(tmp_path / "step1") == [0]
+    assert versions(tmp_path / "step2") == [0, 1]
