@@ -137,8 +137,10 @@ def main(args: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if args is None else args)
     debug = "--debug" in argv or os.environ.get("FEDHET_DEBUG", "") not in ("", "0")
     argv = [arg for arg in argv if arg != "--debug"]
+    if args is None:  # Lightning reads the command line itself (and warns when given both)
+        sys.argv[1:] = argv
     try:
-        FederatedCLI(args=argv)
+        FederatedCLI(args=None if args is None else argv)
     except Exception as err:
         if debug:
             raise
