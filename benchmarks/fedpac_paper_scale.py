@@ -27,6 +27,7 @@ from pathlib import Path
 import torch
 
 from _common import environment, quiet_trainer, write_table
+from fedhet.plugins.run_folder import latest_checkpoint
 from fedpac_reproduce import PAPER_FMNIST_20, SCALES, federation, methods
 
 SCALE = SCALES["paper"]
@@ -42,9 +43,9 @@ def train(name: str, root: Path, seed: int, rounds: int, checkpoint_every: int) 
     """Train ``name`` for ``rounds`` rounds, resuming from its latest checkpoint when there is one."""
     folder = root / f"{slug(name)}_{seed}"
     trainer = quiet_trainer(rounds, seed, folder, local_epochs=SCALE["local_epochs"], checkpoint_every=checkpoint_every)
-    last = folder / "checkpoints" / "last.ckpt"
+    last = latest_checkpoint(folder)  # the latest version folder's last.ckpt
     start = time.perf_counter()
-    trainer.fit(methods(SCALE)[name](), federation(SCALE, seed, 20), ckpt_path=str(last) if last.exists() else None)
+    trainer.fit(methods(SCALE)[name](), federation(SCALE, seed, 20), ckpt_path=str(last) if last else None)
     print(f"{name}: {trainer.current_round} rounds, {time.perf_counter() - start:.0f} s", flush=True)
 
 
@@ -53,11 +54,12 @@ def report(names: list[str], root: Path, seed: int, rounds: int) -> None:
     rows = []
     data = federation(SCALE, seed, 20)  # loaded once, every method's clients are the same
     for name in names:
-        last = root / f"{slug(name)}_{seed}" / "checkpoints" / "last.ckpt"
-        if not last.exists():
-            print(f"{name}: no checkpoint yet under {last.parent}")
+        folder = root / f"{slug(name)}_{seed}"
+        last = latest_checkpoint(folder)
+        if last is None:
+            print(f"{name}: no checkpoint yet under {folder}")
             continue
-        trainer = quiet_trainer(rounds, seed, last.parent.parent / "report", local_epochs=SCALE["local_epochs"])
+        trainer = quiet_trainer(rounds, seed, folder / "report", local_epochs=SCALE["local_epochs"])
         metrics = trainer.test(methods(SCALE)[name](), data, ckpt_path=str(last))
         rows.append(
             {
