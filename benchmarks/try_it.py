@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import resource
 import shlex
 import subprocess
 import sys
@@ -34,8 +35,14 @@ def readme_commands(readme: Path) -> list[str]:
                 commands.append(" ".join(line.split()))
             elif " && fedhet " in line:
                 commands.append(line[line.index("fedhet ") :].strip())
-    commands += re.findall(r"\| `(fedhet fit -c [^`]+)` \|", text)
+    commands += re.findall(r"\| `(fedhet fit -c [^`]+)`", text)
     return list(dict.fromkeys(commands))
+
+
+def _children_cpu() -> float:
+    """User + system CPU seconds of the finished child processes so far."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def main() -> None:
@@ -56,21 +63,25 @@ def main() -> None:
             argv = shlex.split(command)
             argv = [str(ROOT / a) if a.startswith("configs/") else a for a in argv]
             argv = [sys.executable, "-m", "fedhet", *argv[1:], "--trainer.enable_progress_bar", "false"]
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), _children_cpu()
             try:
                 done = subprocess.run(argv, cwd=work, env=env, capture_output=True, text=True, timeout=args.timeout)
                 status = "ok" if done.returncode == 0 else f"exit {done.returncode}: {done.stderr.strip()[-200:]}"
             except subprocess.TimeoutExpired:
                 status = f"stopped after {args.timeout:.0f} s"
-            seconds = time.perf_counter() - start
-            rows.append({"command": f"`{command}`", "seconds": f"{seconds:.0f}", "status": status})
-            print(f"{seconds:7.1f} s  {status[:40]:40s}  {command}", flush=True)
+            seconds, cpu = time.perf_counter() - start, _children_cpu() - cpu
+            rows.append({"command": f"`{command}`", "seconds": f"{seconds:.0f}", "cpu": f"{cpu:.0f}", "status": status})
+            print(f"{seconds:7.1f} s wall {cpu:7.1f} s cpu  {status[:40]:40s}  {command}", flush=True)
     write_table(
         "try_it",
         "Wall time of the README's try-it commands",
         rows,
-        {"command": "command", "seconds": "wall time (s)", "status": "status"},
-        notes=["Each command as the README gives it, run in order in one fresh working directory, progress off."],
+        {"command": "command", "seconds": "wall time (s)", "cpu": "CPU time (s)", "status": "status"},
+        notes=[
+            "Each command as the README gives it, run in order in one fresh working directory, progress off. CPU time"
+            " is the user + system time of the command's processes: on a shared machine it is the better guide to"
+            " what a laptop needs, since wall time there includes the waits for other users' processes."
+        ],
         env=environment(),
     )
 
