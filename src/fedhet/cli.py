@@ -74,8 +74,8 @@ class FederatedCLI(LightningCLI):
 
     @staticmethod
     def subcommands() -> dict[str, set[str]]:
-        """``fit``, ``validate`` and ``test``; model and datamodule come from the config."""
-        return {"fit": {"model", "datamodule"}, "validate": {"model", "datamodule"}, "test": {"model", "datamodule"}}
+        """``fit``, ``validate``, ``test``, ``export`` (clients as Lightning checkpoints); model and data: config."""
+        return {name: {"model", "datamodule"} for name in ("fit", "validate", "test", "export")}
 
     def add_core_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         """Add the FederatedTrainer's arguments (it is not a ``lightning.Trainer``), then model and data."""

@@ -1,11 +1,17 @@
 """A client's trained model as its LightningModule and as a Lightning checkpoint; mismatched modules are refused."""
 
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
+from fedhet.cli import main
 from fedhet.modules import FedAvg, FedRep
 from fedhet.plugins import FederatedTrainer
 from tests.conftest import plain_trainer
+
+FEDAVG = str(Path(__file__).parents[2] / "configs" / "fedavg" / "digits.yaml")
 
 
 def fitted(tmp_path, module, federation, rounds=2):
@@ -51,9 +57,25 @@ def test_exported_client_loads_with_lightning(tmp_path, tiny_federation):
 def test_a_module_that_does_not_fit_the_checkpoint_is_refused_in_one_message(tmp_path, tiny_federation):
     fitted(tmp_path, FedRep(hidden_dims=[8]), tiny_federation)
     tester = FederatedTrainer(accelerator="cpu", enable_progress_bar=False, default_root_dir=tmp_path)
-    message = r"does not fit the module FedRep \(client 'a': 'body\.1\.weight' has shape"
-    with pytest.raises(ValueError, match=message) as err:
+    message = r"was written by another run: hyperparameter 'hidden_dims' \[8\] \(checkpoint\) vs \[16\] \(this run\)$"
+    with pytest.raises(ValueError, match=message):  # the run fingerprint, before any client is evaluated
         tester.test(FedRep(hidden_dims=[16]), tiny_federation, ckpt_path="last")
-    assert "(8, 6) in the checkpoint, (16, 6) in the module" in str(err.value)
-    with pytest.raises(ValueError, match=r"does not fit the module FedAvg .*'body\.3\.weight' is missing"):
-        tester.test(FedAvg(hidden_dims=[8, 8]), tiny_federation, ckpt_path="last")
+    with pytest.raises(
+        ValueError, match=r"was written by another run: module class .*FedRep \(checkpoint\) vs .*FedAvg"
+    ):
+        tester.test(FedAvg(hidden_dims=[8]), tiny_federation, ckpt_path="last")
+
+
+def test_fedhet_export_writes_every_client(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", ["fedhet"])
+    args = ["-c", FEDAVG, "--data.init_args.num_clients", "3", "--trainer.rounds", "1"]
+    args += ["--trainer.enable_progress_bar", "false", "--trainer.default_root_dir", str(tmp_path)]
+    main(["fit", *args])
+    main(["export", *args, "--ckpt_path", "last"])
+    files = sorted((tmp_path / "version_1" / "clients").glob("*.ckpt"))
+    assert len(files) == 3
+    assert "exported 3 clients" in capsys.readouterr().out
+    for path in files:
+        module = FedAvg.load_from_checkpoint(path)
+        assert module.client_spec.client_id == path.stem
+        assert module.hparams.hidden_dims == [64]

@@ -23,7 +23,6 @@ from fedhet.plugins.checkpoint import (
     save_checkpoint,
 )
 from fedhet.plugins.client_store import ClientStore
-from fedhet.plugins.compatibility import state_mismatch
 from fedhet.plugins.context import ClientContext
 from fedhet.plugins.distributed import barrier, check_multi_node_launch, gather_objects, owner_rank
 from fedhet.plugins.export import save_lightning_checkpoint
@@ -314,6 +313,28 @@ class FederatedTrainer:
         """
         return save_lightning_checkpoint(self.client_module(client_id), path)
 
+    def export(
+        self, model: LightningModule, datamodule: Any, ckpt_path: str | None = "last", clients: list[str] | None = None
+    ) -> dict[str, Path]:
+        """Export trained clients as Lightning checkpoints into the run folder's ``clients/<client>.ckpt``.
+
+        ``fedhet export -c <config> --ckpt_path last`` runs this: every client (or those named in ``clients``) of the
+        checkpoint's federation, each loadable with its module class's ``load_from_checkpoint`` (:meth:`export_client`).
+
+        Returns:
+            the files written by this process, by client id.
+
+        """
+        self._load_trained("test", model, datamodule, ckpt_path)
+        unknown = sorted(set(clients or ()) - set(self._client_ids))
+        if unknown:
+            raise ValueError(f"FederatedTrainer.export: field 'clients' names clients not in the federation: {unknown}")
+        chosen = [cid for cid in (clients or self._client_ids) if self.owns(cid)]
+        written = {cid: self.export_client(cid, self.run_dir / "clients" / f"{cid}.ckpt") for cid in chosen}
+        if self.is_global_zero:
+            print(f"fedhet: exported {len(written)} clients to {self.run_dir / 'clients'}", flush=True)
+        return written
+
     @property
     def callback_metrics(self) -> dict[str, float]:
         """The metrics of the latest round."""
@@ -595,16 +616,20 @@ class FederatedTrainer:
         self._hooks("on_evaluation_end", stage=stage, round_idx=round_idx, metrics=metrics)
         return metrics
 
-    def _evaluate_only(
-        self, stage: str, model: LightningModule, datamodule: Any, ckpt_path: str | None
-    ) -> dict[str, float]:
+    def _load_trained(self, stage: str, model: LightningModule, datamodule: Any, ckpt_path: str | None) -> None:
+        """Launch in a new version folder and restore the trained federation of ``ckpt_path`` (or of the last fit)."""
         path = self._resolve_ckpt(ckpt_path, required=not self._has_state)
         state = load_checkpoint(path) if path is not None else None
         self._launch(model)  # a new version folder: evaluation never overwrites the training logs
         self._save_run_config()
-        self._prepare(model, datamodule, "validate" if stage == "val" else "test")
+        self._prepare(model, datamodule, stage)
         if state is not None and path is not None:
             self._restore(state, path)
+
+    def _evaluate_only(
+        self, stage: str, model: LightningModule, datamodule: Any, ckpt_path: str | None
+    ) -> dict[str, float]:
+        self._load_trained("validate" if stage == "val" else "test", model, datamodule, ckpt_path)
         metrics = self._evaluate(stage, self.current_round)
         self._fabric.log_dict(metrics, step=self.current_round)
         for logger in self._fabric.loggers:
@@ -674,7 +699,6 @@ class FederatedTrainer:
         if state.get("privacy") is not None:
             self._server_update.load_state_dict(state["privacy"])
         self.server_state.load_state_dict(state["server"])
-        self._check_module_matches(state, path)
         self._store = self._new_store()
         for cid, client_state in state["clients"].items():
             if self.owns(cid):
@@ -698,24 +722,6 @@ class FederatedTrainer:
             clients = {cid: context.client_data(cid) for cid in self._client_ids}
             self._fingerprint = run_fingerprint(context.template, clients, context.specs, self.callbacks)
         return self._fingerprint
-
-    def _check_module_matches(self, state: dict[str, Any], path: Path) -> None:
-        """Refuse, in one message, a checkpoint whose tensors do not fit the module (one client per architecture)."""
-        for cid in self.context.architectures():
-            slot = self.context.slot(cid)
-            expected = dict(slot.module.state_dict())
-            saved = self.server_state.payload_for(cid, slot.shared)
-            if cid in state["clients"]:
-                saved.update(ClientState.from_state_dict(state["clients"][cid]).personal)
-            else:  # the client never trained: only its shared tensors are in the checkpoint
-                expected = {name: expected[name] for name in slot.shared}
-            problems = state_mismatch(expected, saved)
-            if problems:
-                raise ValueError(
-                    f"checkpoint {str(path)!r} does not fit the module {type(self.context.template).__name__} (client"
-                    f" '{cid}': {'; '.join(problems)}); build the module as the run that wrote the checkpoint did"
-                    " (its config.yaml)"
-                )
 
     def _log_run_config(self, model: LightningModule) -> None:
         class_path = f"{type(model).__module__}.{type(model).__qualname__}"
