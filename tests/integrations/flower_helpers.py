@@ -37,5 +37,6 @@ def write_config(path: Path, method: str, root: Path, rounds: int = 3, eval_ever
 
 def read_metrics(root: Path) -> list[dict[str, str]]:
     """The logged rows of a run, without the wall times (``time/*`` and diagnostics such as ``fedpac/qp_seconds``)."""
-    rows = list(csv.DictReader((root / "version_0" / "metrics.csv").open()))
+    (path,) = root.glob("version_*/metrics.csv")  # the server's run (client nodes' trainers log nothing)
+    rows = list(csv.DictReader(path.open()))
     return [{k: v for k, v in row.items() if not (k.startswith("time/") or k.endswith("seconds"))} for row in rows]
