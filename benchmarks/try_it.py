@@ -20,6 +20,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -72,6 +73,10 @@ def main() -> None:
             seconds, cpu = time.perf_counter() - start, _children_cpu() - cpu
             rows.append({"command": f"`{command}`", "seconds": f"{seconds:.0f}", "cpu": f"{cpu:.0f}", "status": status})
             print(f"{seconds:7.1f} s wall {cpu:7.1f} s cpu  {status[:40]:40s}  {command}", flush=True)
+            _write(rows, write_table, environment)  # after every command: a stopped run keeps what it measured
+
+
+def _write(rows: list[dict[str, str]], write_table: Any, environment: Any) -> None:
     write_table(
         "try_it",
         "Wall time of the README's try-it commands",
