@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
-from lightning.pytorch import LightningModule
 from torch import Tensor
 
 from fedhet.callbacks import figures
@@ -22,6 +21,7 @@ from fedhet.callbacks.base import FederatedCallback
 from fedhet.callbacks.dictionary_averaging import DictionaryAveraging
 from fedhet.callbacks.head_mixing import HeadMixing
 from fedhet.callbacks.model_matching import ModelMatching
+from fedhet.core.statistics import ATOM_NAMES
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -135,7 +135,7 @@ class FederationDashboard(FederatedCallback):
         if logger is not None and trainer.is_global_zero:  # into the row of the round's metrics, logged next
             import wandb
 
-            payload: dict[str, Any] = {f"{stage}/clients": wandb.Table(columns=columns, data=rows)}
+            payload: dict[str, Any] = {f"{stage}/clients": wandb.Table(columns=list[Any](columns), data=rows)}
             if values:
                 payload[f"{stage}/{self.metric}_histogram"] = wandb.Histogram(values)
             self._send(trainer, payload, round_idx, commit=False)
@@ -180,8 +180,6 @@ class FederationDashboard(FederatedCallback):
                 points, labels = self._embedded_samples(trainer)
                 out["flic_anchors"] = figures.anchors(callback.means, points, labels, round_idx)
             elif isinstance(callback, DictionaryAveraging) and callback.dictionary:
-                from fedhet.modules.feddadil import ATOM_NAMES
-
                 features, labels = (callback.dictionary[name] for name in ATOM_NAMES)
                 out["feddadil_atoms"] = figures.atoms(features, labels, round_idx)
             elif isinstance(callback, ModelMatching) and self.objective_history:
@@ -221,6 +219,6 @@ class FederationDashboard(FederatedCallback):
                 buffer.seek(0)
                 self._send(trainer, {f"figures/{name}": wandb.Image(Image.open(buffer))}, round_idx)
 
-    def on_federation_start(self, trainer: Any, module: LightningModule) -> None:
+    def on_federation_start(self, trainer: Any, module: torch.nn.Module) -> None:
         """Forget the pictures' inputs of an earlier ``fit``."""
         self.objective_history = []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from torch import nn
@@ -44,6 +45,10 @@ class Federation(Protocol):
     @property
     def is_global_zero(self) -> bool:
         """Whether this is the process that logs and writes checkpoints."""
+
+    @property
+    def run_dir(self) -> Path:
+        """This run's version folder (config, checkpoints, logs, spilled states, plots)."""
 
     def owns(self, client_id: str) -> bool:
         """Whether this process trains and keeps the state of ``client_id``."""

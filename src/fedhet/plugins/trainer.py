@@ -303,7 +303,7 @@ class FederatedTrainer:
         module.load_state_dict(slot.module.state_dict())
         if self.server_state.statistics:
             module.receive_statistics(self.server_state.statistics)
-        return module.cpu().eval()
+        return cast(LightningModule, module).cpu().eval()
 
     def export_client(self, client_id: str, path: str | Path) -> Path:
         """Write ``client_id``'s trained model (:meth:`client_module`) as a Lightning checkpoint at ``path``.
@@ -439,7 +439,7 @@ class FederatedTrainer:
         if version is None:
             claimed = claim_version(self.default_root_dir) if self.fabric.is_global_zero else None
             version = self.fabric.broadcast(claimed)
-        self.run.bind(version)
+        self.run.bind(cast(int, version))  # rank 0 claimed it, so every rank holds an int
 
     def setup(self, model: LightningModule, datamodule: Any, stage: str = "fit") -> ClientContext:
         """Launch Fabric, check the clients and initialise the server state, without running a round.
