@@ -23,7 +23,7 @@ from torch import Tensor
 
 from fedhet.cli import FederatedCLI
 from fedhet.core import ClientFailure, ClientSpec, ClientState, ClientUpdate, RoundUploads, ServerState, num_bytes
-from fedhet.plugins.context import ClientContext, ClientEvaluation, ClientJob
+from fedhet.plugins.context import ClientContext, ClientEvaluation
 from fedhet.plugins.hooks import CallbackHooks
 from fedhet.plugins.runners import ClientRunner
 from fedhet.plugins.trainer import FederatedTrainer
@@ -255,15 +255,3 @@ class RemoteRunner(ClientRunner):
             elif reply is not None:
                 evaluations[cid] = reply
         return evaluations, failed
-
-    def submit(self, context: ClientContext, job: ClientJob, uploads: RoundUploads) -> None:
-        """Never called: :meth:`run` sends a whole round to the nodes, which load and train their clients.
-
-        Raises:
-            TypeError: always.
-
-        """
-        raise TypeError("RemoteRunner trains whole rounds on the clients' nodes (run), not started clients")
-
-    def flush(self, context: ClientContext, uploads: RoundUploads) -> None:
-        """Nothing waits on the server: :meth:`run` returns once the nodes have answered."""
