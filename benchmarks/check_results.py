@@ -36,7 +36,7 @@ MEASURED: dict[str, tuple[str, ...]] = {
 }
 """Library paths a script's results depend on, where narrower than ``src/fedhet`` (scripts not listed: all of it)."""
 DEFAULT_MEASURED = ("src/fedhet",)
-_COMMAND = re.compile(r"python (?:benchmarks/)?(\w+)\.py|benchmarks/(\w+)\.py")  # the first script named
+_COMMAND = re.compile(r"python (?:benchmarks/)?([\w/]+)\.py|benchmarks/([\w/]+)\.py")  # the first script named
 _COMMIT = re.compile(r"^- commit: `([^`]*)`", re.MULTILINE)
 
 

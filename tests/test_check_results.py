@@ -104,3 +104,14 @@ def test_narrower_measured_paths_for_engine_scripts() -> None:
     assert "src/fedhet/plugins" in paths
     assert "src/fedhet" not in paths
     assert check_results.measured_paths("fedpac_reproduce")[-1] == "src/fedhet"
+
+
+def test_a_script_in_a_subfolder_is_measured_code(repo: Path) -> None:
+    """``benchmarks/parity/fedpac.py`` names its script with its folder, and a change to that script makes it stale."""
+    measured = _commit(repo, {"benchmarks/parity/fedpac.py": "print(1)\n"}, "parity script")
+    _commit(repo, {"benchmarks/results/parity_fedpac.md": _results(measured, "parity/fedpac")}, "results")
+    verdict = check_results.check_file(repo, Path("benchmarks/results/parity_fedpac.md"))
+    assert (verdict.script, verdict.status) == ("parity/fedpac", "fresh")
+    _commit(repo, {"benchmarks/parity/fedpac.py": "print(2)\n"}, "script change")
+    verdict = check_results.check_file(repo, Path("benchmarks/results/parity_fedpac.md"))
+    assert (verdict.status, verdict.changed) == ("stale", ("benchmarks/parity/fedpac.py",))
