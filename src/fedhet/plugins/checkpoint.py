@@ -139,3 +139,43 @@ def check_resumed_rounds(state: dict[str, Any], rounds: int, sampler: Any, sourc
             " round %d samples clients",
             str(source), planned, planned - 1, rounds, rounds, planned - 1,
         )  # fmt: skip
+
+
+def check_checkpoint_matches(
+    state: dict[str, Any],
+    source: str | Path,
+    client_ids: list[str],
+    seed: int,
+    differences: list[str],
+    private: bool | None = None,
+) -> None:
+    """Refuse a checkpoint written by another run, in one message naming ``source`` and what differs.
+
+    Args:
+        state: the checkpoint's content (:func:`load_checkpoint`).
+        source: where it was read from, for the message.
+        client_ids: this run's clients, in order.
+        seed: this run's seed.
+        differences: what differs between the checkpoint's fingerprint and this run's
+            (:func:`~fedhet.plugins.fingerprint.fingerprint_differences`).
+        private: whether this run uses differential privacy (``None``: not checked, e.g. when only evaluating).
+
+    Raises:
+        ValueError: naming ``source`` and the field that differs (clients, ``seed``, ``privacy``, the fingerprint).
+
+    """
+    if private is not None and (state.get("privacy") is None) == private:
+        raise ValueError(
+            f"checkpoint {str(source)!r} was written {'without' if private else 'with'} field 'privacy';"
+            " a run cannot switch differential privacy on or off when it resumes"
+        )
+    if state["client_ids"] != client_ids:
+        missing = sorted(set(state["client_ids"]) - set(client_ids))
+        extra = sorted(set(client_ids) - set(state["client_ids"]))
+        raise ValueError(
+            f"checkpoint {str(source)!r} was written for other clients (missing here: {missing}, new here: {extra})"
+        )
+    if state["seed"] != seed:
+        raise ValueError(f"checkpoint {str(source)!r} was written with seed {state['seed']}, field 'seed' is {seed}")
+    if differences:
+        raise ValueError(f"checkpoint {str(source)!r} was written by another run: " + "; ".join(differences))

@@ -32,6 +32,7 @@ from fedhet.core import (
 )
 from fedhet.core.seeding import derive_seed, seeded
 from fedhet.plugins.client_store import ClientStore
+from fedhet.plugins.fingerprint import run_fingerprint
 from fedhet.plugins.hooks import CallbackHooks
 from fedhet.plugins.local_loop import evaluate_client, run_local_training
 from fedhet.plugins.policies import UploadCheck
@@ -135,6 +136,7 @@ class ClientContext:
         self._data = {cid: datamodule.client(cid) for cid in self.client_ids}
         self.signatures: dict[str, Hashable] = {cid: template.client_signature(s) for cid, s in self.specs.items()}
         self._slots: dict[Hashable, ModuleSlot] = {}
+        self._fingerprint: dict[str, Any] | None = None
 
     # ------------------------------------------------------------------ what a client has
     @property
@@ -185,6 +187,24 @@ class ClientContext:
             first.setdefault(self.signatures[cid], cid)
         return list(first.values())
 
+    def initial_shared(self) -> dict[str, Tensor]:
+        """The server's first shared parameters: those of one build per client architecture, on the CPU.
+
+        Raises:
+            ValueError: naming the client and the parameter when two architectures give one name different shapes.
+
+        """
+        shared: dict[str, Tensor] = {}
+        for cid in self.architectures():
+            for name, value in self.slot(cid).module.shared_state_dict().items():
+                if name in shared and shared[name].shape != value.shape:
+                    raise ValueError(
+                        f"client '{cid}': shared parameter '{name}' has shape {tuple(value.shape)}, but other clients"
+                        f" give it shape {tuple(shared[name].shape)}; shared parameters must agree in shape"
+                    )
+                shared.setdefault(name, value.detach().cpu().clone())
+        return shared
+
     def load(self, client_id: str) -> tuple[ModuleSlot, int]:
         """The slot of ``client_id`` with its personal state and the server's payload loaded; bytes sent down.
 
@@ -204,6 +224,24 @@ class ClientContext:
         if statistics:
             slot.module.receive_statistics(move_data_to_device(statistics, self.fabric.device))
         return slot, num_bytes(payload) + num_bytes(statistics)
+
+    def trained_module(self, client_id: str) -> EngineModule:
+        """A new module for ``client_id`` holding what it evaluates (on the run's device).
+
+        That is its personal state, the server's payload for it and the broadcast statistics.
+        """
+        slot, _ = self.load(client_id)
+        module = self.build(client_id, self.init_seed(client_id))
+        module.load_state_dict(slot.module.state_dict())
+        if self.server_state.statistics:
+            module.receive_statistics(self.server_state.statistics)
+        return module
+
+    def fingerprint(self, callbacks: Sequence[Any]) -> dict[str, Any]:
+        """What this run is (:func:`~fedhet.plugins.fingerprint.run_fingerprint`), computed once per context."""
+        if self._fingerprint is None:
+            self._fingerprint = run_fingerprint(self.template, self._data, self.specs, callbacks)
+        return self._fingerprint
 
     # ------------------------------------------------------------------ one client's fit
     def start(self, client_id: str, round_idx: int) -> ClientJob:

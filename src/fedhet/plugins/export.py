@@ -9,6 +9,7 @@ the checkpoint is tensors or plain Python, so it loads with ``weights_only=True`
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -50,3 +51,33 @@ def save_lightning_checkpoint(module: LightningModule, path: str | os.PathLike[s
     path.parent.mkdir(parents=True, exist_ok=True)
     torch.save(lightning_checkpoint(module), path)
     return path
+
+
+def export_clients(
+    client_ids: Sequence[str],
+    chosen: Sequence[str] | None,
+    owns: Callable[[str], bool],
+    module_of: Callable[[str], LightningModule],
+    folder: Path,
+) -> dict[str, Path]:
+    """Write ``folder/<client>.ckpt`` for each chosen client (every client by default) that this process keeps.
+
+    Args:
+        client_ids: the federation's clients.
+        chosen: the clients to export (``None``: all).
+        owns: whether this process keeps a client.
+        module_of: a client's trained module (``FederatedTrainer.client_module``).
+        folder: where the files go.
+
+    Returns:
+        the files written, by client id.
+
+    Raises:
+        ValueError: naming the field ``clients`` when it names clients not in the federation.
+
+    """
+    unknown = sorted(set(chosen or ()) - set(client_ids))
+    if unknown:
+        raise ValueError(f"FederatedTrainer.export: field 'clients' names clients not in the federation: {unknown}")
+    names = [cid for cid in (chosen or client_ids) if owns(cid)]
+    return {cid: save_lightning_checkpoint(module_of(cid), folder / f"{cid}.ckpt") for cid in names}

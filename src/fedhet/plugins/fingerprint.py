@@ -3,38 +3,13 @@
 from __future__ import annotations
 
 import hashlib
-from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import torch
-from lightning.pytorch import Callback
 from torch import Tensor
 
-
-def stateful(callbacks: Iterable[Any]) -> list[Any]:
-    """The callbacks with a state to checkpoint: those defining ``state_dict`` (Lightning's empty default excluded)."""
-    return [cb for cb in callbacks if getattr(type(cb), "state_dict", Callback.state_dict) is not Callback.state_dict]
-
-
-def callback_keys(callbacks: Iterable[Any]) -> list[str]:
-    """One distinct checkpoint key per callback: its ``state_key`` (or class name), ``#n`` added to the n-th repeat.
-
-    Two stateful callbacks of one class would otherwise share a key and, on resume, both receive one's state.
-
-    Example:
-        >>> class Counter: ...
-        >>> callback_keys([Counter(), Counter(), object()])
-        ['Counter', 'Counter#1', 'object']
-
-    """
-    seen: Counter[str] = Counter()
-    keys = []
-    for callback in callbacks:
-        base = str(getattr(callback, "state_key", type(callback).__qualname__))
-        keys.append(base if not seen[base] else f"{base}#{seen[base]}")
-        seen[base] += 1
-    return keys
+from fedhet.plugins.callback_state import callback_keys, stateful
 
 
 def data_digest(client: Any) -> str | None:

@@ -7,11 +7,17 @@ the checkpoint it resumes. ``ckpt_path="last"`` means the latest version's ``che
 
 from __future__ import annotations
 
+import logging
 import re
+import time
+import uuid
 from pathlib import Path
+from typing import Any
 
 import yaml
 from lightning.pytorch.loggers import CSVLogger
+
+log = logging.getLogger(__name__)
 
 _VERSION = re.compile(r"version_(\d+)")
 
@@ -88,6 +94,8 @@ class RunFolder:
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
         self.version: int | None = None
+        self.name = f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}"
+        """This run's own name (time and a random suffix): its spilled client states go in a folder named after it."""
 
     def bind(self, version: int) -> None:
         """Fix the run's version (its folder is created if missing)."""
@@ -115,6 +123,39 @@ class RunFolder:
     def plots(self) -> Path:
         """Where the dashboard's figures are written as PNG files."""
         return self.path / "plots"
+
+    def spill_dir(self, rank: int) -> Path:
+        """Process ``rank``'s own folder for spilled client states: ``client_state/<name>-rank<rank>``."""
+        return self.client_state / f"{self.name}-rank{rank}"
+
+    def save_config(self, config: dict[str, Any]) -> None:
+        """Write a resolved CLI config as ``config.yaml`` into the version folder."""
+        (self.path / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+
+    def resolve_checkpoint(self, ckpt_path: str | Path | None, required: bool) -> Path | None:
+        """The checkpoint file a command names: a path, ``"last"`` (:func:`latest_checkpoint` of the root) or ``None``.
+
+        Raises:
+            ValueError: when ``required`` and ``ckpt_path`` is ``None``.
+            FileNotFoundError: when ``required`` and ``"last"`` finds no checkpoint (not required: a warning, and
+                ``None`` to start from scratch).
+
+        """
+        if ckpt_path is None:
+            if required:
+                raise ValueError(
+                    "no trained federation to evaluate: pass ckpt_path (a file or 'last') or call fit first"
+                )
+            return None
+        if ckpt_path != "last":
+            return Path(ckpt_path)
+        path = latest_checkpoint(self.root)
+        if path is None:
+            message = f"ckpt_path='last' but no version folder of {str(self.root)!r} holds a checkpoint"
+            if required:
+                raise FileNotFoundError(f"{message}: nothing was trained yet with this default_root_dir")
+            log.warning("%s: starting from scratch", message)
+        return path
 
 
 class RunCSVLogger(CSVLogger):

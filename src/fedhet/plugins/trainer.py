@@ -2,42 +2,42 @@
 
 from __future__ import annotations
 
-import logging
 import time
-import uuid
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, Literal, cast
 
-import yaml
 from lightning.fabric import Fabric
 from lightning.fabric.loggers import Logger
 from lightning.pytorch import Callback, LightningModule
 
 from fedhet.core import ClientState, EngineModule, FederatedModuleProtocol, RoundUploads, ServerState
 from fedhet.plugins.aggregators import Aggregator
+from fedhet.plugins.arguments import check_trainer_arguments
+from fedhet.plugins.callback_setup import federation_callbacks, user_loggers
+from fedhet.plugins.callback_state import callback_states, load_callback_states
 from fedhet.plugins.checkpoint import (
+    check_checkpoint_matches,
     check_resumed_rounds,
     load_checkpoint,
     resumed_logger_version,
     save_checkpoint,
 )
 from fedhet.plugins.client_store import ClientStore
+from fedhet.plugins.comm import CommTotals
 from fedhet.plugins.context import ClientContext
 from fedhet.plugins.distributed import barrier, check_multi_node_launch, gather_objects, owner_rank
-from fedhet.plugins.export import save_lightning_checkpoint
-from fedhet.plugins.fingerprint import callback_keys, fingerprint_differences, run_fingerprint, stateful
+from fedhet.plugins.export import export_clients, save_lightning_checkpoint
+from fedhet.plugins.fingerprint import fingerprint_differences
 from fedhet.plugins.hooks import CallbackHooks
 from fedhet.plugins.policies import FailureBudget, PlainUpdate, PrivateUpdate, ServerUpdate, upload_checks
 from fedhet.plugins.privacy import UploadPrivacy
-from fedhet.plugins.run_folder import RunCSVLogger, RunFolder, claim_version, latest_checkpoint, version_of
+from fedhet.plugins.run_folder import RunCSVLogger, RunFolder, claim_version, version_of
 from fedhet.plugins.runners import ClientRunner, SequentialRunner
 from fedhet.plugins.sampling import ClientSampler, FullParticipation
 from fedhet.plugins.server_step import check_server_state, run_server_hook
 from fedhet.plugins.stacked import StackedRunner, check_stacking
-from fedhet.plugins.summaries import summarize_clients
-
-log = logging.getLogger(__name__)
+from fedhet.plugins.summaries import evaluation_metrics, merge_uploads, training_metrics
 
 
 class FederatedTrainer:
@@ -49,22 +49,19 @@ class FederatedTrainer:
     ``devices=N`` the sampled clients are spread over N processes (no gradient synchronisation between clients) and
     the uploads are gathered and aggregated in client order on every process, so results do not depend on N.
 
-    Callbacks receive these hooks (each takes only the keyword arguments it names, as with ``Fabric.call``):
-    ``on_federation_start(trainer, module)``, ``on_round_start(trainer, round_idx, client_ids)``,
-    ``on_client_fit_start(trainer, round_idx, client_id, module)``,
-    ``on_client_fit_end(trainer, round_idx, client_id, module, update)``,
-    ``on_aggregate_start(trainer, round_idx, updates)``,
-    ``on_aggregate_end(trainer, round_idx, server_state, updates)``,
-    ``on_evaluation_end(trainer, stage, round_idx, metrics)``, ``on_round_end(trainer, round_idx, metrics)``,
-    ``on_federation_end(trainer)``. They fire in that order; each client's pair fires inside the round's training, in
-    client order, as the client runner documents (:mod:`fedhet.plugins.runners`: the stacked runner announces a
-    whole stack before it trains).
+    Callbacks receive the hooks of :class:`~fedhet.core.FederationHooks`, in the order it documents, each with only
+    the keyword arguments it names (as with ``Fabric.call``); each client's pair fires inside the round's training, in
+    client order, as the client runner documents (:mod:`fedhet.plugins.runners`).
 
     The trainer composes its parts: a client runner (:class:`~fedhet.plugins.runners.SequentialRunner`, or
     :class:`~fedhet.plugins.stacked.StackedRunner` with ``stack_clients``) trains this process's clients through a
     :class:`~fedhet.plugins.context.ClientContext`; upload checks (:mod:`fedhet.plugins.policies`: finite uploads,
     the time budget) admit or reject each upload; a failure budget decides whether a round may go on; a server update
-    (plain aggregation, or differential privacy) turns the admitted uploads into new shared parameters.
+    (plain aggregation, or differential privacy) turns the admitted uploads into new shared parameters. The run's
+    folder (:class:`~fedhet.plugins.run_folder.RunFolder`), its callbacks (:mod:`~fedhet.plugins.callback_setup`),
+    byte counts (:class:`~fedhet.plugins.comm.CommTotals`), checkpoints (:mod:`~fedhet.plugins.checkpoint`,
+    :mod:`~fedhet.plugins.callback_state`, :mod:`~fedhet.plugins.fingerprint`), round metrics
+    (:mod:`~fedhet.plugins.summaries`) and client export (:mod:`~fedhet.plugins.export`) are components of their own.
 
     Args:
         rounds: communication rounds.
@@ -150,45 +147,20 @@ class FederatedTrainer:
         stack_clients: int | None = None,
         keep_client_state: bool = False,
     ) -> None:
-        for name, value, low in (
-            ("rounds", rounds, 1),
-            ("local_epochs", local_epochs, 1),
-            ("eval_every", eval_every, 1),
-        ):
-            if value < low:
-                raise ValueError(f"FederatedTrainer: field '{name}' must be at least {low}, got {value}")
-        if local_steps is not None and local_steps < 1:
-            raise ValueError(f"FederatedTrainer: field 'local_steps' must be at least 1, got {local_steps}")
-        if checkpoint_every < 0:
-            raise ValueError(f"FederatedTrainer: field 'checkpoint_every' must be >= 0, got {checkpoint_every}")
-        if client_state_budget_mb is not None and client_state_budget_mb < 0:
-            raise ValueError(
-                f"FederatedTrainer: field 'client_state_budget_mb' must be >= 0, got {client_state_budget_mb}"
-            )
-        if not 0.0 <= max_client_failures <= 1.0:
-            raise ValueError(
-                f"FederatedTrainer: field 'max_client_failures' must be in [0, 1], got {max_client_failures}"
-            )
-        if client_time_budget_s is not None and not client_time_budget_s > 0:
-            raise ValueError(
-                f"FederatedTrainer: field 'client_time_budget_s' must be positive or None, got {client_time_budget_s}"
-            )
-        if stack_clients is not None and stack_clients < 1:
-            raise ValueError(f"FederatedTrainer: field 'stack_clients' must be at least 1 or None, got {stack_clients}")
-        if stack_clients is not None and client_time_budget_s is not None:
-            raise ValueError(
-                "FederatedTrainer: fields 'stack_clients' and 'client_time_budget_s' cannot both be set: the clients"
-                " of a stack train together, so no client's own time is measured"
-            )
-        if personal_init not in ("shared", "per_client"):
-            raise ValueError(
-                f"FederatedTrainer: field 'personal_init' must be 'shared' or 'per_client', got {personal_init!r}"
-            )
-        if privacy is not None and aggregator is not None:
-            raise ValueError(
-                "FederatedTrainer: field 'aggregator' must be unset when 'privacy' is set: the private aggregate is a"
-                " uniform mean of clipped updates plus noise"
-            )
+        check_trainer_arguments(
+            rounds,
+            local_epochs,
+            local_steps,
+            eval_every,
+            checkpoint_every,
+            personal_init,
+            max_client_failures,
+            client_state_budget_mb,
+            client_time_budget_s,
+            stack_clients,
+            privacy,
+            aggregator,
+        )
         self.rounds = rounds
         self.local_epochs = local_epochs
         self.local_steps = local_steps
@@ -218,17 +190,16 @@ class FederatedTrainer:
             "precision": precision,
         }
         self._default_logger = logger is True
-        self.loggers: list[Logger] = self._make_loggers(logger)
+        self.loggers: list[Logger] = user_loggers(logger)
         self.user_callbacks: list[Any] = list(callbacks or [])
         self.run_config: dict[str, Any] | None = None  # set by the CLI, saved beside the logs
         self.fabric: Fabric | None = None
         self.server_state = ServerState()
         self.history: list[dict[str, float]] = []
         self.current_round = 0
-        self._run_name = f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}"
         self._store = ClientStore()
         self._context: ClientContext | None = None
-        self._comm_totals = {"up": 0, "down": 0}
+        self.comm = CommTotals()
         self._has_state = False
         self.fitting = False
         self.should_stop = False  # a callback sets it in on_round_end to end fit after that round
@@ -240,19 +211,14 @@ class FederatedTrainer:
         A run from scratch writes into a new ``version_N`` folder of ``default_root_dir``; a run resumed from a
         checkpoint of one of those folders goes on in that folder.
         """
-        path = self._resolve_ckpt(ckpt_path, required=False)
+        path = self.run.resolve_checkpoint(ckpt_path, required=False)
         state = load_checkpoint(path) if path is not None else None
         if state is not None:  # untrusted content: a logger version naming a folder outside the run is refused
             resumed_logger_version(state, self.default_root_dir, path)
         self._launch(model, version_of(path, self.default_root_dir) if path is not None else None)
         self._prepare(model, datamodule, "fit")
         if state is not None and path is not None:
-            if (state.get("privacy") is None) != (self.privacy is None):
-                raise ValueError(
-                    f"checkpoint {str(path)!r} was written {'without' if self.privacy else 'with'} field 'privacy';"
-                    " a run cannot switch differential privacy on or off when it resumes"
-                )
-            self._restore(state, path, replay_logs=self._default_logger)
+            self._restore(state, path, replay_logs=self._default_logger, private=self.privacy is not None)
             check_resumed_rounds(state, self.rounds, self.sampler, path)
         if self.stack_clients is not None:  # on one module per client architecture, before any training
             check_stacking(self._fabric, [self.context.slot(cid).module for cid in self.context.architectures()])
@@ -298,12 +264,7 @@ class FederatedTrainer:
             raise KeyError(f"client '{client_id}' is not in this federation (clients: {known}); call fit or test first")
         if not self.owns(client_id):
             raise ValueError(f"client '{client_id}' is kept by another process: call client_module there")
-        slot, _ = self.context.load(client_id)
-        module = self.context.build(client_id, self.context.init_seed(client_id))
-        module.load_state_dict(slot.module.state_dict())
-        if self.server_state.statistics:
-            module.receive_statistics(self.server_state.statistics)
-        return cast(LightningModule, module).cpu().eval()
+        return cast(LightningModule, self.context.trained_module(client_id)).cpu().eval()
 
     def export_client(self, client_id: str, path: str | Path) -> Path:
         """Write ``client_id``'s trained model (:meth:`client_module`) as a Lightning checkpoint at ``path``.
@@ -326,11 +287,7 @@ class FederatedTrainer:
 
         """
         self._load_trained("test", model, datamodule, ckpt_path)
-        unknown = sorted(set(clients or ()) - set(self._client_ids))
-        if unknown:
-            raise ValueError(f"FederatedTrainer.export: field 'clients' names clients not in the federation: {unknown}")
-        chosen = [cid for cid in (clients or self._client_ids) if self.owns(cid)]
-        written = {cid: self.export_client(cid, self.run_dir / "clients" / f"{cid}.ckpt") for cid in chosen}
+        written = export_clients(self._client_ids, clients, self.owns, self.client_module, self.run_dir / "clients")
         if self.is_global_zero:
             print(f"fedhet: exported {len(written)} clients to {self.run_dir / 'clients'}", flush=True)
         return written
@@ -389,37 +346,6 @@ class FederatedTrainer:
             raise RuntimeError("FederatedTrainer: no Fabric yet; call fit, validate or test")
         return self.fabric
 
-    @staticmethod
-    def _make_loggers(logger: Logger | Iterable[Logger] | bool) -> list[Logger]:
-        if isinstance(logger, bool) or logger is None:
-            return []  # the default CSV logger is made at launch, once the version to resume is known
-        if isinstance(logger, Logger):
-            return [logger]
-        return list(logger)
-
-    def _callbacks_for(self, model: LightningModule) -> list[Any]:
-        """User callbacks plus the module's, the module's winning over a user callback of the same type."""
-        declared = model.configure_callbacks() or []
-        declared = [declared] if isinstance(declared, Callback) else list(declared)
-        declared_types = {type(cb) for cb in declared}
-        callbacks = [cb for cb in self.user_callbacks if type(cb) not in declared_types] + declared
-        from fedhet.callbacks.lightning_adapters import adapt_lightning_callbacks
-
-        callbacks = adapt_lightning_callbacks(callbacks)  # ModelCheckpoint/EarlyStopping act on rounds; others refused
-        from lightning.pytorch.loggers import WandbLogger
-
-        from fedhet.callbacks.dashboard import FederationDashboard
-
-        has_dashboard = any(isinstance(cb, FederationDashboard) for cb in callbacks)
-        if any(isinstance(lg, WandbLogger) for lg in self.loggers) and not has_dashboard:
-            callbacks.append(FederationDashboard())  # tables, histograms, method pictures, checkpoint artifact
-        if self.enable_progress_bar:
-            from fedhet.callbacks.progress import RichRoundProgress
-
-            if not any(isinstance(cb, RichRoundProgress) for cb in callbacks):
-                callbacks.append(RichRoundProgress())
-        return callbacks
-
     def _launch(self, model: LightningModule, version: int | None = None) -> None:
         """Start Fabric's processes and bind the run's version folder (``version``, or a new one claimed by rank 0)."""
         if not isinstance(model, LightningModule) or not isinstance(model, FederatedModuleProtocol):
@@ -432,7 +358,7 @@ class FederatedTrainer:
         if self._default_logger and not self.loggers:
             self.loggers = [RunCSVLogger(self.run)]
         check_multi_node_launch(int(self._fabric_kwargs["num_nodes"]))
-        callbacks = self._callbacks_for(model)
+        callbacks = federation_callbacks(self.user_callbacks, model, self.loggers, self.enable_progress_bar)
         self._hooks = CallbackHooks(callbacks, trainer=self)
         self.fabric = Fabric(**self._fabric_kwargs, loggers=self.loggers, callbacks=callbacks)
         self.fabric.launch()
@@ -486,36 +412,22 @@ class FederatedTrainer:
             if self.privacy is not None
             else PlainUpdate(self.aggregator or module.configure_aggregator())
         )
-        self._fingerprint: dict[str, Any] | None = None
         if not self._has_state:
             self._init_server()
 
     def _init_server(self) -> None:
-        """Initial shared parameters: one build per client architecture, checked for name/shape clashes."""
-        shared: dict[str, Any] = {}
-        for cid in self.context.architectures():
-            for name, value in self.context.slot(cid).module.shared_state_dict().items():
-                if name in shared and shared[name].shape != value.shape:
-                    raise ValueError(
-                        f"client '{cid}': shared parameter '{name}' has shape {tuple(value.shape)}, but other clients"
-                        f" give it shape {tuple(shared[name].shape)}; shared parameters must agree in shape"
-                    )
-                shared.setdefault(name, value.detach().cpu().clone())
-        self.server_state = ServerState(shared=shared)
+        """The server's initial shared parameters and an empty client store."""
+        self.server_state = ServerState(shared=self.context.initial_shared())
         self._store = self._new_store()
         self._has_state = True
 
     def _new_store(self) -> ClientStore:
-        """An empty client state store, spilling to :meth:`_spill_dir` past ``client_state_budget_mb``."""
+        """An empty client state store, spilling to this run and process's own folder past the memory budget."""
         self._store.close()  # releases the folder of the store it replaces
         if self.client_state_budget_mb is None:
             return ClientStore()
         budget = int(self.client_state_budget_mb * 2**20)
-        return ClientStore(budget, self._spill_dir(), keep_spilled=self.keep_client_state)
-
-    def _spill_dir(self) -> Path:
-        """This run's and process's own folder for spilled client states (locked by its store; no other run's)."""
-        return self.run.client_state / f"{self._run_name}-rank{self._fabric.global_rank}"
+        return ClientStore(budget, self.run.spill_dir(self._fabric.global_rank), keep_spilled=self.keep_client_state)
 
     def owns(self, client_id: str) -> bool:
         """Whether this process trains and keeps the state of ``client_id``."""
@@ -548,9 +460,7 @@ class FederatedTrainer:
             "time/gather_s": time.perf_counter() - mark,  # with the wait for slower processes
             "time/train_max_s": max(seconds for _, seconds in gathered),  # the slowest process's training
         }
-        updates = sorted((u for part, _ in gathered for u in part.updates), key=lambda u: self._index[u.client_id])
-        failures = sorted((f for part, _ in gathered for f in part.failures), key=lambda f: self._index[f.client_id])
-        bytes_down = sum(part.bytes_down for part, _ in gathered)
+        updates, failures, bytes_down = merge_uploads([part for part, _ in gathered], self._index)
         self._failure_budget.check(round_idx, sampled, updates, failures)
 
         mark = time.perf_counter()
@@ -562,26 +472,8 @@ class FederatedTrainer:
         run_server_hook(self._hooks, "on_aggregate_end", round_idx, self.server_state, updates=updates)
         spans["time/aggregate_s"] = time.perf_counter() - mark
 
-        bytes_up = sum(u.num_bytes for u in updates)
-        self._comm_totals["up"] += bytes_up
-        self._comm_totals["down"] += bytes_down
-        weights = [u.num_samples for u in updates]
-        losses = [u.metrics["loss"] for u in updates]
-        metrics: dict[str, float] = {
-            "round": float(round_idx),
-            "train/loss_mean": sum(losses) / len(losses),
-            "train/loss_weighted": sum(w * x for w, x in zip(weights, losses, strict=True)) / max(sum(weights), 1),
-            "clients/participants": float(len(updates)),
-            "clients/failed": float(len(failures)),
-            "clients/stragglers": float(sum(f.kind == "straggler" for f in failures)),
-            "comm/bytes_up": float(bytes_up),
-            "comm/bytes_down": float(bytes_down),
-            "comm/bytes_up_total": float(self._comm_totals["up"]),
-            "comm/bytes_down_total": float(self._comm_totals["down"]),
-        }
-        for name in sorted({name for u in updates for name in u.metrics} - {"loss", "steps"}):  # the modules' self.log
-            values = [u.metrics[name] for u in updates if name in u.metrics]
-            metrics.setdefault(f"{name}_mean", sum(values) / len(values))
+        comm = self.comm.add(up=sum(u.num_bytes for u in updates), down=bytes_down)
+        metrics = training_metrics(round_idx, updates, failures, comm)
         metrics.update(self._server_update.metrics(sample_rate=len(sampled) / len(self._client_ids)))
         if (round_idx + 1) % self.eval_every == 0 or round_idx == self.rounds - 1:
             mark = time.perf_counter()
@@ -600,25 +492,16 @@ class FederatedTrainer:
         """
         owned = [cid for cid in self._client_ids if self.owns(cid)]
         evaluations, failed = self.runner.evaluate(self.context, owned, stage, round_idx)
-        results = [(cid, *evaluation) for cid, evaluation in evaluations.items()]
-        gathered = gather_objects(self._fabric, (results, failed))
-        results = [r for part in gathered for r in part[0]]
-        if not results:
+        gathered = gather_objects(self._fabric, (evaluations, failed))
+        metrics = evaluation_metrics(gathered, stage, self.log_per_client)
+        if not metrics:
             return {}
-        metrics = summarize_clients(
-            {cid: values for cid, values, _, _ in results},
-            {cid: n for cid, _, n, _ in results},
-            {name: d for *_, directions in results for name, d in directions.items()},
-            prefix=stage,
-            log_per_client=self.log_per_client,
-        )
-        metrics[f"clients/{stage}_failed"] = float(sum(len(part[1]) for part in gathered))
         self._hooks("on_evaluation_end", stage=stage, round_idx=round_idx, metrics=metrics)
         return metrics
 
     def _load_trained(self, stage: str, model: LightningModule, datamodule: Any, ckpt_path: str | None) -> None:
         """Launch in a new version folder and restore the trained federation of ``ckpt_path`` (or of the last fit)."""
-        path = self._resolve_ckpt(ckpt_path, required=not self._has_state)
+        path = self.run.resolve_checkpoint(ckpt_path, required=not self._has_state)
         state = load_checkpoint(path) if path is not None else None
         self._launch(model)  # a new version folder: evaluation never overwrites the training logs
         self._save_run_config()
@@ -637,29 +520,10 @@ class FederatedTrainer:
         return metrics
 
     # ------------------------------------------------------------------ checkpoints and logging
-    def _resolve_ckpt(self, ckpt_path: str | None, required: bool) -> Path | None:
-        if ckpt_path is None:
-            if required:
-                raise ValueError(
-                    "no trained federation to evaluate: pass ckpt_path (a file or 'last') or call fit first"
-                )
-            return None
-        if ckpt_path != "last":
-            return Path(ckpt_path)
-        path = latest_checkpoint(self.default_root_dir)
-        if path is None:
-            message = f"ckpt_path='last' but no version folder of {str(self.default_root_dir)!r} holds a checkpoint"
-            if required:
-                raise FileNotFoundError(f"{message}: nothing was trained yet with this default_root_dir")
-            log.warning("%s: starting from scratch", message)
-        return path
-
     def save_checkpoint(self, path: str | Path) -> None:
         """Write the whole federation (server, every client, callbacks, history) to ``path``, atomically."""
         fabric = self._fabric
         stores = gather_objects(fabric, dict(self._store.state_dicts()))
-        with_state = stateful(self.callbacks)
-        callbacks = {key: cb.state_dict() for key, cb in zip(callback_keys(with_state), with_state, strict=True)}
         if fabric.is_global_zero:
             save_checkpoint(
                 path,
@@ -670,32 +534,24 @@ class FederatedTrainer:
                     "client_ids": self._client_ids,
                     "server": self.server_state.state_dict(),
                     "clients": {cid: s for part in stores for cid, s in part.items()},
-                    "callbacks": callbacks,
+                    "callbacks": callback_states(self.callbacks),
                     "history": self.history,
-                    "comm_totals": dict(self._comm_totals),
+                    "comm_totals": self.comm.state_dict(),
                     "privacy": self._server_update.state_dict(),
                     "logger_versions": [lg.version for lg in fabric.loggers],
-                    "fingerprint": self._run_fingerprint(),
+                    "fingerprint": self.context.fingerprint(self.callbacks),
                 },
             )
             for logger in fabric.loggers:
                 logger.save()
         barrier(fabric)
 
-    def _restore(self, state: dict[str, Any], path: Path, replay_logs: bool = False) -> None:
-        if state["client_ids"] != self._client_ids:
-            missing = sorted(set(state["client_ids"]) - set(self._client_ids))
-            extra = sorted(set(self._client_ids) - set(state["client_ids"]))
-            raise ValueError(
-                f"checkpoint {str(path)!r} was written for other clients (missing here: {missing}, new here: {extra})"
-            )
-        if state["seed"] != self.seed:
-            raise ValueError(
-                f"checkpoint {str(path)!r} was written with seed {state['seed']}, field 'seed' is {self.seed}"
-            )
-        differences = fingerprint_differences(state["fingerprint"], self._run_fingerprint())
-        if differences:
-            raise ValueError(f"checkpoint {str(path)!r} was written by another run: " + "; ".join(differences))
+    def _restore(
+        self, state: dict[str, Any], path: Path, replay_logs: bool = False, private: bool | None = None
+    ) -> None:
+        """Load a checkpoint's federation into this run, once :func:`check_checkpoint_matches` accepts it."""
+        differences = fingerprint_differences(state["fingerprint"], self.context.fingerprint(self.callbacks))
+        check_checkpoint_matches(state, path, self._client_ids, self.seed, differences, private)
         if state.get("privacy") is not None:
             self._server_update.load_state_dict(state["privacy"])
         self.server_state.load_state_dict(state["server"])
@@ -703,25 +559,14 @@ class FederatedTrainer:
         for cid, client_state in state["clients"].items():
             if self.owns(cid):
                 self._store[cid] = ClientState.from_state_dict(client_state)
-        with_state = stateful(self.callbacks)
-        for key, cb in zip(callback_keys(with_state), with_state, strict=True):
-            if key in state["callbacks"] and hasattr(cb, "load_state_dict"):
-                cb.load_state_dict(state["callbacks"][key])
+        load_callback_states(self.callbacks, state["callbacks"])
         self.history = list(state["history"])
-        self._comm_totals = dict(state["comm_totals"])
+        self.comm.load_state_dict(state["comm_totals"])
         self.current_round = state["round"]
         self._has_state = True
         if replay_logs:
             for metrics in self.history:  # the resumed CSV file starts afresh: write the rounds already run
                 self._fabric.log_dict(metrics, step=int(metrics["round"]))
-
-    def _run_fingerprint(self) -> dict[str, Any]:
-        """What this run is (:func:`~fedhet.plugins.fingerprint.run_fingerprint`), computed once per fit/test."""
-        if self._fingerprint is None:
-            context = self.context
-            clients = {cid: context.client_data(cid) for cid in self._client_ids}
-            self._fingerprint = run_fingerprint(context.template, clients, context.specs, self.callbacks)
-        return self._fingerprint
 
     def _log_run_config(self, model: LightningModule) -> None:
         class_path = f"{type(model).__module__}.{type(model).__qualname__}"
@@ -733,4 +578,4 @@ class FederatedTrainer:
     def _save_run_config(self) -> None:
         """Write the CLI's resolved config as ``config.yaml`` into the run's version folder."""
         if self._fabric.is_global_zero and self.run_config is not None:
-            (self.run.path / "config.yaml").write_text(yaml.safe_dump(self.run_config, sort_keys=False))
+            self.run.save_config(self.run_config)

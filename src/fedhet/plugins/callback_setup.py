@@ -1,0 +1,53 @@
+"""The loggers and callbacks a run starts with: the user's, the module's own, and the engine's display and dashboard."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from lightning.fabric.loggers import Logger
+from lightning.pytorch import Callback, LightningModule
+from lightning.pytorch.loggers import WandbLogger
+
+
+def user_loggers(logger: Logger | Iterable[Logger] | bool | None) -> list[Logger]:
+    """The loggers a user passed as the trainer's ``logger`` (``True``/``False``: none yet).
+
+    ``True`` asks for the default CSV logger, which the trainer makes at launch, once the version folder it writes
+    into is known.
+    """
+    if isinstance(logger, bool) or logger is None:
+        return []
+    if isinstance(logger, Logger):
+        return [logger]
+    return list(logger)
+
+
+def federation_callbacks(
+    user_callbacks: Iterable[Any], model: LightningModule, loggers: Iterable[Logger], progress: bool
+) -> list[Any]:
+    """The run's callbacks, in calling order.
+
+    The user's callbacks, then the module's ``configure_callbacks()`` (which win over a user callback of the same
+    type); Lightning's ``ModelCheckpoint``/``EarlyStopping`` swapped for their round-granular adapters (any other
+    Lightning callback refused, :func:`~fedhet.callbacks.lightning_adapters.adapt_lightning_callbacks`); a
+    :class:`~fedhet.callbacks.dashboard.FederationDashboard` when a W&B logger is used and none was given; a
+    :class:`~fedhet.callbacks.progress.RichRoundProgress` when ``progress`` and none was given.
+    """
+    # imported here: fedhet.callbacks reaches fedhet.modules (HyFEM's server model), which imports this package
+    from fedhet.callbacks.dashboard import FederationDashboard
+    from fedhet.callbacks.lightning_adapters import adapt_lightning_callbacks
+    from fedhet.callbacks.progress import RichRoundProgress
+
+    declared = model.configure_callbacks() or []
+    declared = [declared] if isinstance(declared, Callback) else list(declared)
+    declared_types = {type(cb) for cb in declared}
+    callbacks = [cb for cb in user_callbacks if type(cb) not in declared_types] + declared
+    callbacks = adapt_lightning_callbacks(callbacks)
+    if any(isinstance(lg, WandbLogger) for lg in loggers) and not any(
+        isinstance(cb, FederationDashboard) for cb in callbacks
+    ):
+        callbacks.append(FederationDashboard())  # tables, histograms, method pictures, checkpoint artifact
+    if progress and not any(isinstance(cb, RichRoundProgress) for cb in callbacks):
+        callbacks.append(RichRoundProgress())
+    return callbacks
