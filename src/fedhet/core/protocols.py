@@ -109,8 +109,11 @@ class EngineModule(FederatedModuleProtocol, Protocol):
     def on_train_end(self) -> None:
         """Called after a client's local training."""
 
-    def state_dict(self) -> dict[str, Tensor]:
-        """Every parameter and buffer, by name."""
+    def state_dict(self, *, keep_vars: bool = False) -> dict[str, Tensor]:
+        """Every parameter and buffer, by name (``keep_vars``: the module's own tensors, else detached views)."""
+
+    def get_submodule(self, target: str) -> nn.Module:
+        """The layer at the dotted path ``target`` (``""``: the module itself)."""
 
     def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True) -> Any:
         """Load parameters and buffers by name."""

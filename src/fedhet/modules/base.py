@@ -47,6 +47,11 @@ class FederatedModule(LightningModule):
     keep_optimizer_state: bool = False
     """Keep each client's optimizer state between its rounds (in the client state store and checkpoints)."""
 
+    reuse_optimizers: bool = False
+    """``configure_optimizers()`` depends only on the module's hyperparameters and its parameters (not on the client
+    or the round), so the engine may build the optimizers once per module and reset them for each client (state
+    cleared, group settings restored) instead of building new ones: the same steps, less Python per client."""
+
     sample_losses: Callable[[Any], Tensor] | None = None
     """``None``, or a method giving the per-sample training losses of a batch of ``B`` samples, shape ``(B,)``, whose
     mean is the loss of ``training_step``. A module that has it can train many clients at once

@@ -37,6 +37,8 @@ class FederatedClassifier(FederatedModule):
 
     """
 
+    reuse_optimizers = True  # configure_optimizers reads only hyperparameters and parameters (subclasses' too)
+
     def __init__(
         self,
         hidden_dims: Sequence[int] = (64,),

@@ -64,7 +64,8 @@ class LocalResult:
     """What a runner's local training of one client gives back to the context.
 
     Args:
-        tensors: the client's whole trained state, by ``state_dict`` name.
+        tensors: the client's whole trained state, by ``state_dict`` name (on the sequential path the module's own
+            tensors, which :meth:`ClientContext.finish` copies).
         metrics: ``{"loss": mean training loss, "steps": optimizer steps}``.
         statistics: the statistics the client uploads (``client_statistics()`` after training).
         optimizer: the optimizer state to keep for its next round (methods with ``keep_optimizer_state``).
@@ -266,11 +267,10 @@ class ClientContext:
                 self.local_steps,
                 previous,
                 keep_optimizer,
+                job.slot.optimizers(),
             )
-        tensors = module.state_dict()
-        job.slot.refresh(tensors)
         optimizer = move_data_to_device(optimizer, "cpu") if optimizer is not None else None
-        return LocalResult(dict(tensors), metrics, to_cpu(module.client_statistics()), optimizer)
+        return LocalResult(job.slot.tensors(), metrics, to_cpu(module.client_statistics()), optimizer)
 
     def finish(self, job: ClientJob, result: LocalResult, uploads: RoundUploads) -> None:
         """Build the client's upload, fire ``on_client_fit_end``, then admit it (:meth:`admit`).
@@ -333,7 +333,13 @@ class ClientContext:
         if adaptation:
             with seeded(derive_seed(self.seed, "adapt", round_idx, client_id), [self.fabric.device]):
                 run_local_training(
-                    self.fabric, module, client.train_dataloader(), adaptation, self.local_epochs, self.local_steps
+                    self.fabric,
+                    module,
+                    client.train_dataloader(),
+                    adaptation,
+                    self.local_epochs,
+                    self.local_steps,
+                    optimizers=slot.optimizers(),
                 )
             slot.refresh()
         values = evaluate_client(self.fabric, module, loader, stage)

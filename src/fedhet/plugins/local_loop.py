@@ -88,6 +88,7 @@ def run_local_training(
     local_steps: int | None,
     optimizer_state: dict[str, Any] | list[dict[str, Any]] | None = None,
     keep_optimizer_state: bool = False,
+    optimizers: list[Optimizer] | None = None,
 ) -> tuple[dict[str, float], dict[str, Any] | list[dict[str, Any]] | None]:
     """Train ``module`` on one client's ``loader`` through its phases, with its own ``training_step``.
 
@@ -105,13 +106,16 @@ def run_local_training(
         optimizer_state: optimizer state from the client's previous round, for methods that keep it (a list of states
             when the module has several optimizers).
         keep_optimizer_state: return the optimizers' state for the next round.
+        optimizers: the optimizers to step, as new (e.g. :meth:`ModuleSlot.optimizers
+            <fedhet.plugins.slots.ModuleSlot.optimizers>`); ``None`` builds them with ``configure_optimizers()``.
 
     Returns:
         ``({"loss": mean training loss, "steps": optimizer steps, **the mean of each name the module logged},
         optimizer state dict or None)``.
 
     """
-    optimizers = local_optimizers(module)
+    if optimizers is None:
+        optimizers = local_optimizers(module)
     for phase in phases:
         if not 0 <= phase.optimizer < len(optimizers):
             raise ValueError(
@@ -152,18 +156,19 @@ def run_local_training(
     module.on_train_end()
     module.local_train_loader = None
     logged, module.local_logs = module.local_logs, None
-    if not losses:
-        mean_loss = 0.0
-    elif move:  # one device-to-host read
-        mean_loss = torch.stack(losses).double().mean().item()
-    else:  # CPU scalars: reading each is cheaper than stacking them
-        mean_loss = sum(loss.item() for loss in losses) / len(losses)
-    metrics = {name: torch.stack(values).double().mean().item() for name, values in (logged or {}).items() if values}
-    metrics.update({"loss": mean_loss, "steps": float(len(losses))})
+    metrics = {name: _mean(values, move) for name, values in (logged or {}).items() if values}
+    metrics.update({"loss": _mean(losses, move) if losses else 0.0, "steps": float(len(losses))})
     if not keep_optimizer_state:
         return metrics, None
     states = [optimizer.state_dict() for optimizer in optimizers]
     return metrics, states[0] if len(states) == 1 else states
+
+
+def _mean(values: list[torch.Tensor], on_device: bool) -> float:
+    """The mean of scalar tensors, in float64: one device-to-host read on an accelerator, else one read each."""
+    if on_device:
+        return torch.stack(values).double().mean().item()
+    return sum(value.item() for value in values) / len(values)  # CPU scalars: cheaper than stacking them
 
 
 @torch.no_grad()
