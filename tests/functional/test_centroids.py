@@ -1,6 +1,7 @@
 """Class centroids, their aggregation, FedPAC's head statistics and the feature-alignment loss."""
 
 import numpy as np
+import pytest
 import torch
 from torch import nn
 
@@ -9,6 +10,7 @@ from fedhet.functional import (
     class_centroids,
     class_feature_sums,
     feature_alignment_loss,
+    feature_alignment_losses,
     head_statistics,
 )
 
@@ -85,3 +87,22 @@ def test_feature_alignment_fallback_and_skip_for_missing_classes():
     skipped = feature_alignment_loss(x, y, centroids, available)
     keep = y != 1
     assert torch.allclose(skipped, nn.functional.mse_loss(x[keep], centroids[y[keep]]))
+
+
+def test_per_sample_alignment_terms_are_squared_distances_whose_mean_is_the_loss():
+    x, y = data(20, 4, 3, 9)
+    centroids = torch.randn(3, 4, dtype=torch.float64)
+    available = torch.tensor([True, False, True])
+    fallback = torch.randn(3, 4, dtype=torch.float64)
+    terms = feature_alignment_losses(x, y, centroids, available, fallback)
+    targets = np.where(available.numpy()[:, None], centroids.numpy(), fallback.numpy())
+    expected = ((x.numpy() - targets[y.numpy()]) ** 2).mean(axis=1)  # (1/d) ||f(x_l) - c_{y_l}||^2, by hand
+    np.testing.assert_allclose(terms.numpy(), expected, rtol=1e-12)
+    assert torch.allclose(terms.mean(), feature_alignment_loss(x, y, centroids, available, fallback))
+    assert torch.allclose(feature_alignment_losses(x, y, centroids).mean(), feature_alignment_loss(x, y, centroids))
+
+
+def test_per_sample_alignment_needs_a_fallback_when_classes_are_missing():
+    x, y = data(8, 4, 3, 10)
+    with pytest.raises(ValueError, match="'available' needs a 'fallback'"):
+        feature_alignment_losses(x, y, torch.zeros(3, 4, dtype=torch.float64), torch.tensor([True, False, True]))

@@ -59,14 +59,14 @@ class StackSpy:
         self.sizes, self.padded = [], False
         train_stack = stacked_plugin.train_stack
 
-        def spy(module, states, batches, phases):
+        def spy(module, states, batches, phases, *inputs):
             self.sizes.append(len(states))
             self.padded |= any(
                 len({len(client[p][s][0]) for client in batches}) > 1
                 for p in range(len(phases))
                 for s in range(len(batches[0][p]))
             )
-            return train_stack(module, states, batches, phases)
+            return train_stack(module, states, batches, phases, *inputs)
 
         monkeypatch.setattr(stacked_plugin, "train_stack", spy)
 
@@ -91,6 +91,33 @@ def test_stacked_equals_sequential(tmp_path, monkeypatch, method, optimizer):
     # each round, clients grouped by their steps per epoch (3: a c f, 2: b d h, 4: e g), short batches padded
     assert spy.sizes == [3, 3, 2] * ROUNDS
     assert spy.padded
+
+
+@pytest.mark.parametrize(
+    ("alignment", "collaboration"), [(True, True), (True, False), (False, True)], ids=["fedpac", "fa-only", "cc-only"]
+)
+def test_stacked_fedpac_equals_sequential(tmp_path, monkeypatch, alignment, collaboration):
+    """FedPAC in stacks: its statistics before and after training, alignment to the global centroids, head mixing."""
+
+    def make():
+        switches = {"feature_alignment": alignment, "classifier_collaboration": collaboration}
+        return FedPAC(hidden_dims=[8], head_epochs=1, lambda_align=1.0, **switches, **SGD)
+
+    sequential = fit(tmp_path / "seq", make())
+    spy = StackSpy(monkeypatch)
+    stacked = fit(tmp_path / "stack", make(), stack_clients=3)
+    assert_same_federation(sequential, stacked)
+    assert spy.sizes == [3, 3, 2] * ROUNDS
+    close = {"rtol": 1e-5, "atol": 1e-6}
+    torch.testing.assert_close(stacked.server_state.statistics, sequential.server_state.statistics, **close)
+    for mine, theirs in zip(stacked.history, sequential.history, strict=True):
+        assert mine["val/acc_mean"] == pytest.approx(theirs["val/acc_mean"], rel=1e-6)
+    if alignment:  # the alignment term ran (rounds after the first have global centroids) and changed the model
+        no_alignment = fit(
+            tmp_path / "no-fa", FedPAC(hidden_dims=[8], head_epochs=1, lambda_align=0.0, **SGD), stack_clients=3
+        )
+        gap = max((no_alignment.server_state.shared[k] - v).abs().max() for k, v in stacked.server_state.shared.items())
+        assert gap > 1e-4
 
 
 def test_stacked_fedprox_applies_its_proximal_term(tmp_path):
@@ -147,6 +174,13 @@ class OwnStep(FedAvg):
         return super().training_step(batch, batch_idx) * 2
 
 
+class OwnFedPAC(FedPAC):
+    """Overrides training_step below the class that defines sample_losses."""
+
+    def training_step(self, batch, batch_idx):
+        return super().training_step(batch, batch_idx) * 2
+
+
 class Lbfgs(FedAvg):
     def configure_optimizers(self):
         return torch.optim.LBFGS(self.parameters())
@@ -154,7 +188,7 @@ class Lbfgs(FedAvg):
 
 REFUSED = {
     "own-step": (OwnStep, "OwnStep overrides training_step, on_train_start, which"),
-    "fedpac": (lambda: FedPAC(hidden_dims=[8]), "FedPAC overrides training_step"),
+    "fedpac-subclass": (lambda: OwnFedPAC(hidden_dims=[8]), "OwnFedPAC overrides training_step"),
     "dropout": (DropoutFedAvg, r"its layer 'body.3' \(Dropout\) draws random numbers"),
     "optimizer-state": (KeepsOptimizerState, "it keeps optimizer state"),
     "lbfgs": (Lbfgs, "its optimizer LBFGS is not one of the element-wise optimizers"),

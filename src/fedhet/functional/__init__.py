@@ -6,6 +6,7 @@ from fedhet.functional.centroids import (
     class_centroids,
     class_feature_sums,
     feature_alignment_loss,
+    feature_alignment_losses,
     head_statistics,
 )
 from fedhet.functional.dictionary import (
@@ -98,6 +99,7 @@ __all__ = [
     "dominant_class_skew",
     "ensemble_probabilities",
     "feature_alignment_loss",
+    "feature_alignment_losses",
     "fit_softmax_regression",
     "gaussian_barycenter",
     "gaussian_noise_std",

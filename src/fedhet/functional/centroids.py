@@ -136,13 +136,52 @@ def feature_alignment_loss(
     targets = centroids.detach()
     keep = torch.ones_like(labels, dtype=torch.bool)
     if available is not None:
-        available = available.to(torch.bool)
         if fallback is not None:
-            targets = torch.where(available.unsqueeze(1), targets, fallback.detach())
+            targets = _alignment_targets(centroids, available, fallback)
         else:
-            keep = available[labels]
+            keep = available.to(torch.bool)[labels]
     if not bool(keep.all()):
         features, labels = features[keep], labels[keep]
         if features.numel() == 0:
             return features.sum() * 0.0
     return F.mse_loss(features, targets[labels].to(features.dtype))
+
+
+def feature_alignment_losses(
+    features: Tensor,
+    labels: Tensor,
+    centroids: Tensor,
+    available: Tensor | None = None,
+    fallback: Tensor | None = None,
+) -> Tensor:
+    r"""Each sample's term of :func:`feature_alignment_loss`, :math:`\frac{1}{d} \| f(x_l) - c_{y_l} \|_2^2`.
+
+    Their mean is :func:`feature_alignment_loss` when every class has a target (all ``available``, or a
+    ``fallback``), so a batch of ``B`` samples can add them to its per-sample losses (FedPAC, eq. 3, trained in stacks
+    under ``torch.func.vmap``: no data-dependent branch).
+
+    Args:
+        features: shape ``(B, d)``.
+        labels: shape ``(B,)``.
+        centroids: global centroids, shape ``(K, d)`` (constants: no gradient).
+        available: which classes have a global centroid, shape ``(K,)``; needs ``fallback`` (all when ``None``).
+        fallback: the client's own centroids for the classes without a global one, shape ``(K, d)``.
+
+    Returns:
+        shape ``(B,)``.
+
+    Raises:
+        ValueError: ``available`` without ``fallback`` (a sample without a target has no term of its own).
+
+    """
+    targets = centroids.detach()
+    if available is not None:
+        if fallback is None:
+            raise ValueError("feature_alignment_losses: 'available' needs a 'fallback' target for the other classes")
+        targets = _alignment_targets(centroids, available, fallback)
+    return (features - targets[labels].to(features.dtype)).pow(2).mean(1)
+
+
+def _alignment_targets(centroids: Tensor, available: Tensor, fallback: Tensor) -> Tensor:
+    """The global centroid of each available class, else the fallback row (both constants)."""
+    return torch.where(available.to(torch.bool).unsqueeze(1), centroids.detach(), fallback.detach())

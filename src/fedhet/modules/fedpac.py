@@ -28,7 +28,12 @@ from fedhet.core.statistics import (
     HEAD_PREFIX,
     HEAD_V,
 )
-from fedhet.functional.centroids import class_feature_sums, feature_alignment_loss, head_statistics
+from fedhet.functional.centroids import (
+    class_feature_sums,
+    feature_alignment_loss,
+    feature_alignment_losses,
+    head_statistics,
+)
 from fedhet.modules.baselines import FedRep
 
 #: names of the statistics FedPAC uploads (besides the shared body) and receives
@@ -69,6 +74,8 @@ class FedPAC(FedRep):
         **kwargs: other :class:`~fedhet.modules.FederatedClassifier` arguments.
 
     """
+
+    stack_client_attributes = ("_upload", "_own_centroids")  # set per client by on_train_start
 
     def __init__(
         self,
@@ -142,22 +149,40 @@ class FedPAC(FedRep):
         self._phase = None if phase is None else phase.name
         super().set_local_phase(phase)
 
+    def _alignment_centroids(self) -> Tensor | None:
+        """The global centroids this step aligns to: in the body phase, after the first aggregation; else ``None``."""
+        aligns = self._phase == "body" and self.feature_alignment and self.lambda_align > 0
+        return self._global_centroids if aligns else None
+
     def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
         r"""Cross-entropy; in the body phase plus :math:`\lambda` times the feature-alignment loss."""
         x, y = batch
         z = self.body(x)
         loss = F.cross_entropy(self.head(z), y)
-        if (
-            self._phase == "body"
-            and self.feature_alignment
-            and self.lambda_align > 0
-            and self._global_centroids is not None
-        ):
-            align = feature_alignment_loss(z, y, self._global_centroids, self._global_available, self._own_centroids)
+        centroids = self._alignment_centroids()
+        if centroids is not None:
+            align = feature_alignment_loss(z, y, centroids, self._global_available, self._own_centroids)
             self.log("train/align", align)
             loss = loss + self.lambda_align * align
         self.log("train/loss", loss, prog_bar=True)
         return loss
+
+    def sample_losses(self, batch: tuple[Tensor, Tensor]) -> Tensor:
+        r"""Each sample's loss, shape ``(B,)``: cross-entropy, plus :math:`\lambda` times its alignment term (body).
+
+        Their mean is :meth:`training_step`'s loss (the alignment term is a mean over the batch's samples, every class
+        having a target: the global centroid or the client's own), so FedPAC can train clients in stacks
+        (``stack_clients``); the client's own centroids, set by :meth:`on_train_start`, are one of
+        :attr:`stack_client_attributes`, given to each client of a stack under ``torch.func.vmap``.
+        """
+        x, y = batch
+        z = self.body(x)
+        losses = F.cross_entropy(self.head(z), y, reduction="none")
+        centroids = self._alignment_centroids()
+        if centroids is not None:
+            align = feature_alignment_losses(z, y, centroids, self._global_available, self._own_centroids)
+            losses = losses + self.lambda_align * align
+        return losses
 
     # ---------------------------------------------------------------- statistics
     @torch.no_grad()

@@ -15,6 +15,12 @@ another order): each client's batches come from its own loader under the seed th
 holds clients of one architecture and schedule that take the same number of steps in every phase, and short batches
 are padded with zero rows that the loss leaves out. :func:`stacking_refusal` lists what a module must satisfy;
 :func:`check_stacking` refuses the others with an error before training starts.
+
+A module whose local hooks do per-client work (FedPAC: statistics of the received body before training, centroids of
+the trained one after, uploaded as ``client_statistics()``) names the attributes those hooks set in
+``stack_client_attributes``: each client's ``on_train_start`` then runs before its batches are drawn (as in the
+sequential path), those attributes are kept per client (tensors among them go to ``sample_losses`` under ``vmap``),
+and each trained client is loaded back for its ``on_train_end`` and ``client_statistics()``.
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ from torch.nn.modules.batchnorm import _NormBase
 from torch.nn.modules.dropout import _DropoutNd
 from torch.optim import SGD, Adagrad, Adam, Adamax, AdamW, NAdam, Optimizer, RAdam, RMSprop
 
-from fedhet.core import EngineModule, LocalPhase, RoundUploads
+from fedhet.core import EngineModule, LocalPhase, RoundUploads, to_cpu
 from fedhet.core.seeding import seeded
 from fedhet.functional.stacking import stack_padded, stack_states, unstack_states
 from fedhet.plugins.context import ClientContext, ClientJob, LocalResult
@@ -54,8 +60,9 @@ def stacking_refusal(module: EngineModule) -> str | None:
     it overrides ``training_step``, ``on_train_start``, ``on_train_end``, ``client_statistics`` or
     ``receive_statistics`` (the stacked path calls none of them, so their work would be lost; a term that
     ``training_step`` adds to the mean loss belongs in ``local_penalty``, which the stacked path adds for each client,
-    e.g. FedProx's proximal term); it uploads no
-    statistics, keeps no optimizer state between rounds, holds no layer that draws random numbers or normalises with
+    e.g. FedProx's proximal term); it uploads no statistics unless it names ``stack_client_attributes`` (then the
+    stacked path runs its ``on_train_start``, ``on_train_end`` and ``client_statistics`` per client), keeps no
+    optimizer state between rounds, holds no layer that draws random numbers or normalises with
     batch statistics (dropout, BatchNorm: per-client results could not match), and its ``configure_optimizers()``
     gives one of :data:`ELEMENTWISE_OPTIMIZERS`.
     """
@@ -74,8 +81,8 @@ def stacking_refusal(module: EngineModule) -> str | None:
             return f"its layer '{name}' ({type(layer).__name__}) draws random numbers in training"
         if isinstance(layer, _NormBase):
             return f"its layer '{name}' ({type(layer).__name__}) normalises with batch statistics"
-    if module.client_statistics():
-        return "it uploads client_statistics()"
+    if module.client_statistics() and not _client_attributes(module):
+        return "it uploads client_statistics() and names no stack_client_attributes"
     optimizers = local_optimizers(module)
     if len(optimizers) != 1:
         return f"it has {len(optimizers)} optimizers (a stack steps one)"
@@ -171,6 +178,7 @@ def train_stack(
     states: Sequence[Mapping[str, Tensor]],
     batches: Sequence[Sequence[Sequence[Sequence[Tensor]]]],
     phases: Sequence[LocalPhase],
+    inputs: Sequence[Mapping[str, Tensor]] = (),
 ) -> tuple[list[dict[str, Tensor]], Tensor]:
     """Train ``K`` clients of ``module``'s architecture at once through the local ``phases``.
 
@@ -186,6 +194,8 @@ def train_stack(
         batches: ``batches[k][p]``: client ``k``'s batches of phase ``p``, each a sequence of tensors (e.g.
             ``(x, y)``) of ``B`` rows; in each phase every client has the same number of batches.
         phases: the local schedule.
+        inputs: per client, tensors that replace the module's attributes of those names while its losses are computed
+            (e.g. FedPAC's own centroids), each of one shape for every client; none by default.
 
     Returns:
         each client's trained state (views of the stacked tensors), and every step's losses, shape ``(steps, K)``.
@@ -194,6 +204,8 @@ def train_stack(
     leaves = stack_states(states)
     optimizer = stacked_optimizer(configure_optimizer(module), module, leaves)
     named = {f"module.{name}": leaf for name, leaf in leaves.items()}  # the names under the _SampleLosses wrapper
+    if inputs:
+        named.update({f"module.{name}": torch.stack([client[name] for client in inputs]) for name in inputs[0]})
     parameters = dict(module.named_parameters())
     extra: tuple[dict[str, Tensor], ...] = ()
     if getattr(module, "has_local_penalty", False):  # e.g. FedProx: each client's anchor is its state before training
@@ -228,6 +240,8 @@ class _Ready:
     state: dict[str, Tensor]
     phases: list[LocalPhase]
     batches: list[list[Any]]
+    loader: Iterable[Any]
+    attributes: dict[str, Any]
 
 
 class StackedRunner(LocalRunner):
@@ -253,8 +267,10 @@ class StackedRunner(LocalRunner):
         module = job.slot.module
         state = {name: tensor.detach().clone() for name, tensor in job.slot.targets.items()}
         phases = module.local_phases()
+        names = _client_attributes(module)
         with seeded(context.fit_seed(job.client_id, job.round_idx), [context.fabric.device]):
             loader = context.client_data(job.client_id).train_dataloader()
+            attributes = _start(module, loader, names) if names else {}
             batches = [
                 list(phase_batches(loader, phase, context.local_epochs, context.local_steps)) for phase in phases
             ]
@@ -262,7 +278,7 @@ class StackedRunner(LocalRunner):
             batches = [[context.fabric.to_device(batch) for batch in phase] for phase in batches]
         key = (context.signatures[job.client_id], tuple(phases), tuple(map(len, batches)))
         stack = self._stacks.setdefault(key, [])
-        stack.append(_Ready(job, state, phases, batches))
+        stack.append(_Ready(job, state, phases, batches, loader, attributes))
         if len(stack) == self.size:
             self._train(context, self._stacks.pop(key), uploads)
 
@@ -277,7 +293,8 @@ class StackedRunner(LocalRunner):
         slot = stack[0].job.slot
         try:
             states, batches = [c.state for c in stack], [c.batches for c in stack]
-            trained, losses = train_stack(slot.module, states, batches, stack[0].phases)
+            inputs = [{k: v for k, v in c.attributes.items() if isinstance(v, Tensor)} for c in stack]
+            trained, losses = train_stack(slot.module, states, batches, stack[0].phases, inputs if inputs[0] else ())
         except Exception as err:  # e.g. a module whose sample_losses cannot run under vmap: its clients fail, named
             for client in stack:
                 context.fail(client.job.client_id, err, uploads)
@@ -287,6 +304,44 @@ class StackedRunner(LocalRunner):
         for client, tensors, loss in zip(stack, trained, mean_losses, strict=True):
             result = LocalResult(tensors, {"loss": loss, "steps": float(steps)}, in_module=False)
             try:
+                if client.attributes:
+                    result = _end(context, client, result)
                 context.finish(client.job, result, uploads)
             except Exception as err:  # as in the sequential path, the hook's failure is its client's
                 context.fail(client.job.client_id, err, uploads)
+
+
+def _client_attributes(module: EngineModule) -> tuple[str, ...]:
+    """The module's ``stack_client_attributes`` (none for a module that does not name them)."""
+    return tuple(getattr(module, "stack_client_attributes", ()))
+
+
+def _start(module: EngineModule, loader: Iterable[Any], names: tuple[str, ...]) -> dict[str, Any]:
+    """Run the module's ``on_train_start`` for the client it holds, over its ``loader``; the attributes it set."""
+    module.local_train_loader = loader
+    try:
+        module.on_train_start()
+    finally:
+        module.local_train_loader = None
+    return {name: getattr(module, name) for name in names}
+
+
+def _end(context: ClientContext, client: _Ready, result: LocalResult) -> LocalResult:
+    """Load a trained client back into its module with its attributes, run ``on_train_end``; its statistics.
+
+    The statistics pass draws its batches under the client's seed, as training did (a pass of sums over all the
+    batches: their order changes only the order of the float additions).
+    """
+    job = client.job
+    module = job.slot.module
+    job.slot.load(result.tensors, {})
+    for name, value in client.attributes.items():
+        setattr(module, name, value)
+    module.local_train_loader = client.loader
+    try:
+        with seeded(context.fit_seed(job.client_id, job.round_idx), [context.fabric.device]):
+            module.on_train_end()
+        statistics = to_cpu(module.client_statistics())
+    finally:
+        module.local_train_loader = None
+    return LocalResult(result.tensors, result.metrics, statistics, in_module=True)
