@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from fedhet.callbacks import FederatedCallback
-from fedhet.datamodules import ClientDataModule, FederatedDataModule
-from fedhet.modules import FedAvg, FedBABU, FedPAC, FedPer, FedProx, FedRep, LocalOnly
+from fedhet.datamodules import ClientDataModule, FederatedDataModule, HybridFederation
+from fedhet.modules import FedAvg, FedBABU, FedPAC, FedPer, FedProx, FedRep, HybridLocal, HyFEM, LocalOnly
 from fedhet.plugins import FederatedTrainer, UniformSampler
 from fedhet.plugins import stacked as stacked_plugin
 from fedhet.plugins.stacked import ELEMENTWISE_OPTIMIZERS, stacked_optimizer
@@ -118,6 +118,42 @@ def test_stacked_fedpac_equals_sequential(tmp_path, monkeypatch, alignment, coll
         )
         gap = max((no_alignment.server_state.shared[k] - v).abs().max() for k, v in stacked.server_state.shared.items())
         assert gap > 1e-4
+
+
+@pytest.mark.parametrize("client_init", ["server", "continue"])
+def test_stacked_hyfem_equals_sequential(tmp_path, monkeypatch, client_init):
+    """HyFEM in stacks: restart from the anchors (or not), proximal terms to each client's own anchors, uploads."""
+
+    def make():
+        return HyFEM(extractor_dims=[6], hidden_dim=8, mu1=0.3, mu2=0.5, client_init=client_init, **SGD)
+
+    sequential = fit(tmp_path / "seq", make())
+    spy = StackSpy(monkeypatch)
+    stacked = fit(tmp_path / "stack", make(), stack_clients=3)
+    assert_same_federation(sequential, stacked)
+    assert spy.sizes == [3, 3, 2] * ROUNDS
+    close = {"rtol": 1e-5, "atol": 1e-6}
+    torch.testing.assert_close(stacked.server_state.per_client, sequential.server_state.per_client, **close)
+    for cid in sequential.store:  # the anchors the server sent and the round count are personal buffers
+        assert int(stacked.store[cid].personal["rounds_trained"]) == ROUNDS
+
+
+def test_stacked_hyfem_on_clients_with_different_blocks(tmp_path):
+    table = {
+        "a": {"blocks": ["v0", "v1"], "classes": [0, 1]},
+        "b": {"blocks": ["v0", "v1"], "classes": [1, 2, 3]},
+        "c": {"blocks": ["v1", "v2"], "classes": [2, 3]},
+        "d": {"blocks": ["v0", "v1"], "classes": [0, 3]},
+    }
+    small = {"num_classes": 4, "num_views": 3, "samples_per_class": 40, "latent_dim": 12, "view_latent_dim": 6}
+
+    def data():
+        return HybridFederation("synthetic", table, data_args=small, batch_size=16, seed=0)
+
+    for make in (lambda: HyFEM(extractor_dims=[5], hidden_dim=6, **SGD), lambda: HybridLocal(extractor_dims=[5])):
+        sequential = fit(tmp_path / "seq", make(), data(), local_steps=4)
+        stacked = fit(tmp_path / "stack", make(), data(), local_steps=4, stack_clients=4)
+        assert_same_federation(sequential, stacked)
 
 
 def test_stacked_fedprox_applies_its_proximal_term(tmp_path):

@@ -58,14 +58,14 @@ class FederatedModule(LightningModule):
     (``FederatedTrainer(stack_clients=...)``, see :mod:`fedhet.plugins.stacked` for what else that needs); rows of
     zeros (the padding of short batches) must give finite losses."""
 
-    stack_client_attributes: tuple[str, ...] = ()
-    """Names of the attributes that ``on_train_start`` sets for the client it starts and that ``sample_losses``,
-    ``on_train_end`` or ``client_statistics`` read (e.g. FedPAC's own centroids and head statistics). Naming them
-    (the class that defines ``sample_losses`` also defining these hooks) lets the module train in stacks with its
-    hooks: the stacked path runs ``on_train_start`` for each client before its batches are drawn, keeps these
-    attributes per client (its tensors among them replace the module's for that client under ``torch.func.vmap``),
-    and after the stack has trained loads each client back, restores them and runs ``on_train_end`` and
-    ``client_statistics``."""
+    stack_client_attributes: tuple[str, ...] | None = None
+    """``None``, or the names of the attributes that ``on_train_start`` sets for the client it starts and that
+    ``sample_losses``, ``on_train_end`` or ``client_statistics`` read (e.g. FedPAC's own centroids; possibly none, e.g.
+    HyFEM). A tuple (the class that defines ``sample_losses`` also defining these hooks) lets the module train in
+    stacks with its hooks: the stacked path runs ``on_train_start`` for each client before its state is taken and its
+    batches drawn, keeps these attributes per client (its tensors among them replace the module's for that client
+    under ``torch.func.vmap``), and after the stack has trained loads each client back, restores them and runs
+    ``on_train_end`` and ``client_statistics``."""
 
     def __init__(self) -> None:
         super().__init__()

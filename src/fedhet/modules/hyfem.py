@@ -60,6 +60,7 @@ class HyFEM(FederatedClassifier):
     """
 
     shared = ()
+    stack_client_attributes = ()  # its hooks run per client in stacks (restart from the anchors, round count)
 
     def __init__(
         self,
@@ -168,6 +169,20 @@ class HyFEM(FederatedClassifier):
             loss = loss + self.mu1 * r1 + self.mu2 * r2
         self.log("train/loss", loss, prog_bar=True)
         return loss
+
+    def sample_losses(self, batch: tuple[Tensor, Tensor]) -> Tensor:
+        """Each sample's cross-entropy plus the two proximal terms, shape ``(B,)``; their mean is the step's loss.
+
+        The proximal terms are the same for every sample of the client, so the mean over the batch (or over its real
+        rows in a padded stack) is :meth:`training_step`'s loss: HyFEM trains in stacks (``stack_clients``), each
+        client's anchors being its own buffers under ``torch.func.vmap``.
+        """
+        x, y = batch
+        losses = F.cross_entropy(self(x), y, reduction="none")
+        if self.mu1 > 0 or self.mu2 > 0:
+            r1, r2 = self.proximal_terms()
+            losses = losses + (self.mu1 * r1 + self.mu2 * r2)
+        return losses
 
     # ---------------------------------------------------------------- upload
     def client_statistics(self) -> dict[str, Tensor]:

@@ -17,8 +17,9 @@ are padded with zero rows that the loss leaves out. :func:`stacking_refusal` lis
 :func:`check_stacking` refuses the others with an error before training starts.
 
 A module whose local hooks do per-client work (FedPAC: statistics of the received body before training, centroids of
-the trained one after, uploaded as ``client_statistics()``) names the attributes those hooks set in
-``stack_client_attributes``: each client's ``on_train_start`` then runs before its batches are drawn (as in the
+the trained one after, uploaded as ``client_statistics()``; HyFEM: a restart from its anchors, a round counter, its
+whole model uploaded) sets ``stack_client_attributes`` to the names of the attributes those hooks set (possibly
+none): each client's ``on_train_start`` then runs before its state is taken and its batches are drawn (as in the
 sequential path), those attributes are kept per client (tensors among them go to ``sample_losses`` under ``vmap``),
 and each trained client is loaded back for its ``on_train_end`` and ``client_statistics()``.
 """
@@ -51,27 +52,28 @@ ELEMENTWISE_OPTIMIZERS: tuple[type[Optimizer], ...] = (SGD, Adam, AdamW, Adagrad
 tensors equals one per client (subclasses are not trusted: they may step otherwise)."""
 
 _LOSS_HOOKS = ("training_step", "on_train_start", "on_train_end", "client_statistics", "receive_statistics")
+"""The hooks a subclass below ``sample_losses`` must not override; only the first when the hooks run in stacks."""
 
 
 def stacking_refusal(module: EngineModule) -> str | None:
     """Why ``module`` cannot train clients in stacks with the sequential path's results, or ``None`` if it can.
 
     A stackable module (its layers built) has a ``sample_losses`` method, and no subclass below the class that defines
-    it overrides ``training_step``, ``on_train_start``, ``on_train_end``, ``client_statistics`` or
-    ``receive_statistics`` (the stacked path calls none of them, so their work would be lost; a term that
-    ``training_step`` adds to the mean loss belongs in ``local_penalty``, which the stacked path adds for each client,
-    e.g. FedProx's proximal term); it uploads no statistics unless it names ``stack_client_attributes`` (then the
-    stacked path runs its ``on_train_start``, ``on_train_end`` and ``client_statistics`` per client), keeps no
-    optimizer state between rounds, holds no layer that draws random numbers or normalises with
-    batch statistics (dropout, BatchNorm: per-client results could not match), and its ``configure_optimizers()``
-    gives one of :data:`ELEMENTWISE_OPTIMIZERS`.
+    it overrides ``training_step``, nor, unless it sets ``stack_client_attributes`` (then the stacked path runs them
+    for each client), ``on_train_start``, ``on_train_end``, ``client_statistics`` or ``receive_statistics`` (their
+    work would be lost; a term that ``training_step`` adds to the mean loss belongs in ``local_penalty``, which the
+    stacked path adds for each client, e.g. FedProx's proximal term); it uploads no statistics unless it sets
+    ``stack_client_attributes``, keeps no optimizer state between rounds, holds no layer that draws random numbers
+    or normalises with batch statistics (dropout, BatchNorm: per-client results could not match), and its
+    ``configure_optimizers()`` gives one of :data:`ELEMENTWISE_OPTIMIZERS`.
     """
     mro = type(module).__mro__
     owner = next((cls for cls in mro if cls.__dict__.get("sample_losses") is not None), None)
     if owner is None:
         return "it has no sample_losses method (the per-sample losses of a batch)"
+    hooks_run = _client_attributes(module) is not None
     for cls in mro[: mro.index(owner)]:
-        hooks = [hook for hook in _LOSS_HOOKS if hook in cls.__dict__]
+        hooks = [hook for hook in _LOSS_HOOKS[: 1 if hooks_run else None] if hook in cls.__dict__]
         if hooks:
             return f"{cls.__name__} overrides {', '.join(hooks)}, which the stacked path does not call"
     if module.keep_optimizer_state:
@@ -81,8 +83,8 @@ def stacking_refusal(module: EngineModule) -> str | None:
             return f"its layer '{name}' ({type(layer).__name__}) draws random numbers in training"
         if isinstance(layer, _NormBase):
             return f"its layer '{name}' ({type(layer).__name__}) normalises with batch statistics"
-    if module.client_statistics() and not _client_attributes(module):
-        return "it uploads client_statistics() and names no stack_client_attributes"
+    if module.client_statistics() and not hooks_run:
+        return "it uploads client_statistics() and sets no stack_client_attributes"
     optimizers = local_optimizers(module)
     if len(optimizers) != 1:
         return f"it has {len(optimizers)} optimizers (a stack steps one)"
@@ -241,7 +243,8 @@ class _Ready:
     phases: list[LocalPhase]
     batches: list[list[Any]]
     loader: Iterable[Any]
-    attributes: dict[str, Any]
+    attributes: dict[str, Any] | None
+    """What the module's ``on_train_start`` set (``stack_client_attributes``); ``None``: its hooks are not run."""
 
 
 class StackedRunner(LocalRunner):
@@ -265,15 +268,15 @@ class StackedRunner(LocalRunner):
     def submit(self, context: ClientContext, job: ClientJob, uploads: RoundUploads) -> None:
         """Draw the client's batches and add it to its stack; train the stack when it is full."""
         module = job.slot.module
-        state = {name: tensor.detach().clone() for name, tensor in job.slot.targets.items()}
         phases = module.local_phases()
         names = _client_attributes(module)
         with seeded(context.fit_seed(job.client_id, job.round_idx), [context.fabric.device]):
             loader = context.client_data(job.client_id).train_dataloader()
-            attributes = _start(module, loader, names) if names else {}
+            attributes = _start(module, loader, names) if names is not None else None
             batches = [
                 list(phase_batches(loader, phase, context.local_epochs, context.local_steps)) for phase in phases
             ]
+        state = {name: tensor.detach().clone() for name, tensor in job.slot.tensors().items()}
         if context.fabric.device.type != "cpu":
             batches = [[context.fabric.to_device(batch) for batch in phase] for phase in batches]
         key = (context.signatures[job.client_id], tuple(phases), tuple(map(len, batches)))
@@ -293,7 +296,7 @@ class StackedRunner(LocalRunner):
         slot = stack[0].job.slot
         try:
             states, batches = [c.state for c in stack], [c.batches for c in stack]
-            inputs = [{k: v for k, v in c.attributes.items() if isinstance(v, Tensor)} for c in stack]
+            inputs = [{k: v for k, v in (c.attributes or {}).items() if isinstance(v, Tensor)} for c in stack]
             trained, losses = train_stack(slot.module, states, batches, stack[0].phases, inputs if inputs[0] else ())
         except Exception as err:  # e.g. a module whose sample_losses cannot run under vmap: its clients fail, named
             for client in stack:
@@ -304,16 +307,17 @@ class StackedRunner(LocalRunner):
         for client, tensors, loss in zip(stack, trained, mean_losses, strict=True):
             result = LocalResult(tensors, {"loss": loss, "steps": float(steps)}, in_module=False)
             try:
-                if client.attributes:
-                    result = _end(context, client, result)
+                if client.attributes is not None:
+                    result = _end(context, client, client.attributes, result)
                 context.finish(client.job, result, uploads)
             except Exception as err:  # as in the sequential path, the hook's failure is its client's
                 context.fail(client.job.client_id, err, uploads)
 
 
-def _client_attributes(module: EngineModule) -> tuple[str, ...]:
-    """The module's ``stack_client_attributes`` (none for a module that does not name them)."""
-    return tuple(getattr(module, "stack_client_attributes", ()))
+def _client_attributes(module: EngineModule) -> tuple[str, ...] | None:
+    """The module's ``stack_client_attributes``: ``None`` when its local hooks are not run in stacks."""
+    names = getattr(module, "stack_client_attributes", None)
+    return tuple(names) if names is not None else None
 
 
 def _start(module: EngineModule, loader: Iterable[Any], names: tuple[str, ...]) -> dict[str, Any]:
@@ -326,8 +330,10 @@ def _start(module: EngineModule, loader: Iterable[Any], names: tuple[str, ...]) 
     return {name: getattr(module, name) for name in names}
 
 
-def _end(context: ClientContext, client: _Ready, result: LocalResult) -> LocalResult:
-    """Load a trained client back into its module with its attributes, run ``on_train_end``; its statistics.
+def _end(context: ClientContext, client: _Ready, attributes: Mapping[str, Any], result: LocalResult) -> LocalResult:
+    """Load a trained client back into its module with its ``attributes``, run ``on_train_end``; its statistics.
+
+    The result holds the module's tensors after ``on_train_end`` (which may change them, e.g. HyFEM's round count).
 
     The statistics pass draws its batches under the client's seed, as training did (a pass of sums over all the
     batches: their order changes only the order of the float additions).
@@ -335,7 +341,7 @@ def _end(context: ClientContext, client: _Ready, result: LocalResult) -> LocalRe
     job = client.job
     module = job.slot.module
     job.slot.load(result.tensors, {})
-    for name, value in client.attributes.items():
+    for name, value in attributes.items():
         setattr(module, name, value)
     module.local_train_loader = client.loader
     try:
@@ -344,4 +350,4 @@ def _end(context: ClientContext, client: _Ready, result: LocalResult) -> LocalRe
         statistics = to_cpu(module.client_statistics())
     finally:
         module.local_train_loader = None
-    return LocalResult(result.tensors, result.metrics, statistics, in_module=True)
+    return LocalResult(job.slot.tensors(), result.metrics, statistics, in_module=True)
