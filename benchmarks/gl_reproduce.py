@@ -10,7 +10,8 @@ client is tested once, after the last round, on its own test split.
 
 Run from the repository root: ``python benchmarks/gl_reproduce.py [--seeds 20] [--epochs 10] [--batches 5]``.
 Writes ``benchmarks/results/gl_heart<tag>.{csv,md}`` (per-seed rows in the CSV, mean ± std over seeds in the table),
-rewritten after every finished seed so that a stopped run leaves a table over the seeds it finished.
+rewritten after every finished seed so that a stopped run leaves a table over the seeds it finished. ``--resume``
+reads the seeds already in ``gl_heart<tag>.csv`` and runs only the missing ones (same settings: the caller's job).
 """
 
 from __future__ import annotations
@@ -102,7 +103,15 @@ def _cell(values: list[float]) -> str:
     return f"{100 * statistics.mean(values):.2f} ± {100 * spread:.2f} (med {100 * statistics.median(values):.2f})"
 
 
-def write_results(args: argparse.Namespace, rows: list[dict[str, object]], elapsed: float) -> str:
+def finished_rows(path: Path) -> list[dict[str, object]]:
+    """The per-seed rows of an earlier run's CSV (every seed in it is complete), typed as ``main`` builds them."""
+    if not path.is_file():
+        return []
+    with open(path, newline="") as handle:
+        return [{**row, "seed": int(row["seed"]), "value": float(row["value"])} for row in csv.DictReader(handle)]
+
+
+def write_results(args: argparse.Namespace, rows: list[dict[str, object]], elapsed: float, resumed: int = 0) -> str:
     """Write the per-seed CSV and the table over the seeds whose every method has finished; the table's text."""
     methods = list(METHODS)
     done = sorted(
@@ -128,7 +137,8 @@ def write_results(args: argparse.Namespace, rows: list[dict[str, object]], elaps
         "",
         f"`python benchmarks/gl_reproduce.py --seeds {args.seeds} --epochs {args.epochs} --batches {args.batches}"
         f" --aggregate-every {args.aggregate_every}` ({elapsed / 60:.1f} min, {args.workers} worker processes ×"
-        f" {args.threads} thread; {len(done)} of {args.seeds} seeds finished). {schedule}; personal layers start from"
+        f" {args.threads} thread; {len(done)} of {args.seeds} seeds finished"
+        f"{f', {resumed} of them read from an earlier run' if resumed else ''}). {schedule}; personal layers start from"
         f" one shared initialisation. Test metrics ×100 per client, mean ± std (median) over the {len(done)} finished"
         " seeds; the paper's columns are its 101-seed means ± std (reference logs). AUPRC takes class 1 (disease /"
         " event) as positive; the reference's Cleveland labels are inverted (1 = no disease), so the paper's Cleveland"
@@ -171,10 +181,13 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2, help="runs in parallel, one process each")
     parser.add_argument("--threads", type=int, default=1, help="torch threads per worker")
     parser.add_argument("--tag", default="", help="suffix of the results files")
+    parser.add_argument("--resume", action="store_true", help="keep the seeds already in the CSV, run the others")
     args = parser.parse_args()
     start = time.perf_counter()
-    rows: list[dict[str, object]] = []
-    jobs = [(method, seed, args) for seed in range(args.seeds) for method in METHODS]
+    rows = finished_rows(RESULTS / f"gl_heart{args.tag}.csv") if args.resume else []
+    kept = {(row["method"], row["seed"]) for row in rows}
+    resumed = len({seed for _, seed in kept})
+    jobs = [(method, seed, args) for seed in range(args.seeds) for method in METHODS if (method, seed) not in kept]
     with get_context("spawn").Pool(args.workers) as pool:
         for done, (method, seed, metrics) in enumerate(pool.imap(_job, jobs), start=1):
             for metric in METRICS:
@@ -183,8 +196,8 @@ def main() -> None:
                     rows.append({"method": method, "seed": seed, "client": site, "metric": metric, "value": value})
             print(f"{done}/{len(jobs)} runs after {time.perf_counter() - start:.0f} s", flush=True)
             if method == list(METHODS)[-1]:  # a seed is complete: rewrite the results so far
-                write_results(args, rows, time.perf_counter() - start)
-    print(write_results(args, rows, time.perf_counter() - start))
+                write_results(args, rows, time.perf_counter() - start, resumed)
+    print(write_results(args, rows, time.perf_counter() - start, resumed))
 
 
 if __name__ == "__main__":
