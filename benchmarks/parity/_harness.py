@@ -227,8 +227,8 @@ def base_parser(doc: str | None) -> argparse.ArgumentParser:
     return parser
 
 
-def record(result: RunResult, root: Path, name: str) -> None:
-    """Append one run to ``<root>/<name>.jsonl`` (several processes may each run some sides and seeds)."""
+def record(result: Any, root: Path, name: str) -> None:
+    """Append one run (a dataclass) to ``<root>/<name>.jsonl`` (several processes may each run some sides and seeds)."""
     import json
 
     root.mkdir(parents=True, exist_ok=True)
@@ -237,13 +237,16 @@ def record(result: RunResult, root: Path, name: str) -> None:
     print(result, flush=True)
 
 
-def recorded(root: Path, name: str) -> list[RunResult]:
-    """The runs recorded by :func:`record`, the latest one of each (implementation, method, seed)."""
+def recorded(root: Path, name: str, kind: Callable[..., Any] = RunResult) -> list[Any]:
+    """The runs recorded by :func:`record`, the latest one of each (implementation, method, seed).
+
+    ``kind`` is the dataclass the runs were recorded as (:class:`RunResult` unless a script records its own).
+    """
     import json
 
-    runs: dict[tuple[str, str, int], RunResult] = {}
+    runs: dict[tuple[str, str, int], Any] = {}
     for line in (root / f"{name}.jsonl").read_text().splitlines():
-        run = RunResult(**json.loads(line))
+        run = kind(**json.loads(line))
         runs[(run.implementation, run.method, run.seed)] = run
     return sorted(runs.values(), key=lambda r: (r.implementation != "fedhet", r.implementation, r.method, r.seed))
 

@@ -1,0 +1,235 @@
+"""Global Layers parity: fedhet against the authors' code (``transferFL/gl``), on the same heart client tensors.
+
+Sun et al., "Global Layers: Non-IID Tabular Federated Learning". The paper's heart task: three clients with their own
+columns (Cleveland 13, SAheart 9, Faisalabad 12), split and encoded by fedhet
+(:class:`~fedhet.datamodules.datasets.heart.HeartFederation`, ``missing="code"``, the reference's 0.33 / 0.1 split
+drawn with each seed); the paper's heart model (E = 16, 8 heads, 6 blocks, S = 128, no gates, frozen batch-norm
+statistics); one AdamW per client over all its parameters (lr 1e-3, weight decay 1e-4) kept across rounds;
+BatchAlignedFedAvg with B = ``--batches`` steps per epoch of batch ``floor(n_k / B)`` and ``--epochs`` epochs;
+layers 2-4 averaged uniformly **once per epoch**, as the reference code does (fedhet:
+``aggregate_every="epoch"``; the paper's text averages after every step, fedhet's default). Methods: GL and Local
+(no averaging). Each client is tested once after the last epoch; metrics as the reference computes them (AUROC,
+balanced accuracy with the logit thresholded at 0.5, AUPRC with class 1 = disease / event as positive, the same
+labels on both sides).
+
+Reference (never copied here; pass the checkout with ``--reference-dir``): ``git clone
+https://github.com/transferFL/gl`` (used: commit 013161a, its only commit; the large Covertype files are not needed).
+Needs ``torcheval`` in the environment that runs this script (``pip install torcheval``; not a fedhet dependency).
+``_gl_authors.py`` lists what its adapter changes at run time.
+
+Run from the repository root, e.g.::
+
+    nice -n 19 python benchmarks/parity/gl.py --reference-dir ../gl --seeds $(seq 0 19)
+
+Writes ``benchmarks/results/parity_gl.{md,csv}`` and ``parity_gl_runs.csv`` (one row per run, client and metric).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import statistics
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _harness import RoundClock, git_commit, record, recorded, reference_kind  # noqa: E402, I001  (puts benchmarks/ on the path)
+from _common import environment, quiet_trainer, write_table  # noqa: E402
+from _gl_authors import METRICS, HeartClient, run_reference  # noqa: E402
+
+from fedhet.datamodules.datasets.heart import GL_SITES, HeartFederation  # noqa: E402
+from fedhet.modules.global_layers import GlobalLayers  # noqa: E402
+
+NAME = "parity_gl"
+KINDS = {"heart/models/model.py": "GL authors"}
+GLOBAL = {"GL": ("layer2", "layer3", "layer4"), "Local": ()}
+
+
+@dataclass
+class HeartRun:
+    """One run of one implementation on the heart task.
+
+    Attributes:
+        implementation: ``fedhet`` or ``GL authors``.
+        method: ``GL`` or ``Local``.
+        seed: seed of the split and of the run.
+        scores: ``{client: {metric: value}}``, test metrics in [0, 1].
+        cpu_per_round: CPU seconds per epoch (= round).
+
+    """
+
+    implementation: str
+    method: str
+    seed: int
+    scores: dict[str, dict[str, float]]
+    cpu_per_round: float
+
+
+def heart_clients(seed: int) -> list[HeartClient]:
+    """The three GL heart clients of fedhet for ``seed``: their exact train, validation and test tensors."""
+    data = HeartFederation(sites=GL_SITES, missing="code", seed=seed)
+    data.setup("fit")
+    clients = []
+    for cid in data.client_ids:
+        client = data.client(cid)
+        parts = {}
+        for part in ("train", "val", "test"):
+            dataset = getattr(client, f"{part}_dataset")
+            parts[part] = (dataset.x.clone(), dataset.y.clone())
+        clients.append(HeartClient(cid, parts))
+    return clients
+
+
+def run_fedhet(method: str, seed: int, epochs: int, batches: int, root: Path) -> HeartRun:
+    """GL or Local in fedhet, with the reference's schedule (``aggregate_every="epoch"``), tested after the last round.
+
+    CPU seconds per round leave out the last round, which also evaluates every client.
+    """
+    torch.manual_seed(seed)
+    clock = RoundClock()
+    trainer = quiet_trainer(epochs, seed, root / f"{method}_{seed}", log_per_client=True, callbacks=[clock])
+    model = GlobalLayers(global_modules=GLOBAL[method], width=128, batches_per_epoch=batches, aggregate_every="epoch")
+    data = HeartFederation(sites=GL_SITES, missing="code", seed=seed)
+    trainer.fit(model, data)
+    metrics = trainer.test(model, data)
+    scores = {site: {m: float(metrics[f"test/{m}/{site}"]) for m in METRICS} for site in GL_SITES}
+    return HeartRun("fedhet", method, seed, scores, statistics.fmean(clock.seconds[:-1] or clock.seconds))
+
+
+def _spread(values: list[float]) -> str:
+    std = statistics.stdev(values) if len(values) > 1 else float("nan")
+    return f"{100 * statistics.fmean(values):.2f} ± {100 * std:.2f}"
+
+
+def _paired(differences: list[float]) -> str:
+    """Mean paired difference ± its standard error, and how many standard errors that is."""
+    mean = statistics.fmean(differences)
+    if len(differences) < 2:
+        return f"{100 * mean:+.2f}"
+    error = statistics.stdev(differences) / len(differences) ** 0.5
+    ratio = f"{mean / error:+.1f}" if error > 0 else "n/a"
+    return f"{100 * mean:+.2f} ± {100 * error:.2f} ({ratio} s.e.)"
+
+
+def table_rows(runs: list[HeartRun], reference: str) -> list[dict[str, str]]:
+    """One row per (method, client, metric) over the seeds both sides ran, then one CPU row per method."""
+    rows = []
+    for method in GLOBAL:
+        ours = {r.seed: r for r in runs if (r.implementation, r.method) == ("fedhet", method)}
+        theirs = {r.seed: r for r in runs if (r.implementation, r.method) == (reference, method)}
+        seeds = sorted(set(ours) & set(theirs))
+        if not seeds:
+            continue
+        for site in GL_SITES:
+            for metric in METRICS:
+                a = [ours[s].scores[site][metric] for s in seeds]
+                b = [theirs[s].scores[site][metric] for s in seeds]
+                rows.append(
+                    {
+                        "method": method,
+                        "client": site,
+                        "metric": metric,
+                        "seeds": str(len(seeds)),
+                        "fedhet": _spread(a),
+                        "reference": _spread(b),
+                        "difference": _paired([x - y for x, y in zip(a, b, strict=True)]),
+                    }
+                )
+        rows.append(
+            {
+                "method": method,
+                "client": "all",
+                "metric": "CPU s / round",
+                "seeds": str(len(seeds)),
+                "fedhet": f"{statistics.fmean(ours[s].cpu_per_round for s in seeds):.3f}",
+                "reference": f"{statistics.fmean(theirs[s].cpu_per_round for s in seeds):.3f}",
+                "difference": "",
+            }
+        )
+    return rows
+
+
+NOTES = [
+    "Both implementations train on fedhet's exact client tensors (same split and encoding per seed), with the same"
+    " model, epochs, steps per epoch, batch sizes, optimiser and averaging schedule (once per epoch, as the"
+    " reference). Metrics ×100: mean ± std over seeds; the difference column is the mean over seeds of fedhet minus"
+    " the reference on the same seed's split, ± its standard error (a difference within about 2 s.e. is seed noise:"
+    " the two sides draw different initial weights and batch orders from the same seed). CPU s / round:"
+    " `time.process_time` per epoch, one torch thread, niced on a 2-core machine shared with other jobs (fedhet: the"
+    " round without evaluation; the reference: its epoch including its validation pass).",
+]
+
+
+def write_results(runs: list[HeartRun], references: dict[str, Path], epochs: int, batches: int) -> str:
+    """The side-by-side table (``results/parity_gl.{md,csv}``) and every run's scores (``parity_gl_runs.csv``)."""
+    reference = "GL authors"
+    env = environment()
+    for kind, path in references.items():
+        env["command"] = env["command"].replace(str(path), f"<{kind} checkout>")
+    used = "; ".join(f"{kind} at commit {git_commit(path)}" for kind, path in references.items()) or "none"
+    text = write_table(
+        NAME,
+        "Global Layers parity: fedhet vs the authors' code (heart)",
+        table_rows(runs, reference),
+        {
+            "method": "method",
+            "client": "client",
+            "metric": "metric",
+            "seeds": "seeds",
+            "fedhet": "fedhet",
+            "reference": "authors' code",
+            "difference": "fedhet − authors (paired)",
+        },
+        notes=[
+            f"Setting: heart clients {', '.join(GL_SITES)}; {epochs} epochs of B = {batches} steps; GL averages"
+            " layer2-4 once per epoch; Local never averages.",
+            f"References: {used}.",
+            "",
+            *NOTES,
+        ],
+        env=env,
+    )
+    runs_csv = Path(__file__).resolve().parents[1] / "results" / f"{NAME}_runs.csv"
+    with runs_csv.open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["implementation", "method", "seed", "client", "metric", "value", "cpu_per_round"])
+        for r in runs:
+            for site, scores in r.scores.items():
+                for metric, value in scores.items():
+                    writer.writerow([r.implementation, r.method, r.seed, site, metric, value, r.cpu_per_round])
+    return text
+
+
+def main() -> None:
+    """Run both sides for every seed and write the table."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--reference-dir", type=Path, action="append", default=[], help="a checkout of transferFL/gl")
+    parser.add_argument("--seeds", type=int, nargs="+", default=list(range(20)))
+    parser.add_argument("--epochs", type=int, default=10, help="epochs = rounds (the paper's heart: 10)")
+    parser.add_argument("--batches", type=int, default=5, help="B: steps per client per epoch (the heart logs: 5)")
+    parser.add_argument("--sides", nargs="+", default=None, help="run only these sides: fedhet, 'GL authors'")
+    parser.add_argument("--root", type=Path, default=Path("fedhet_runs/parity"), help="fedhet's run folders")
+    parser.add_argument("--table-only", action="store_true", help="write the table from the runs recorded under --root")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    references = {reference_kind(path, KINDS): path for path in args.reference_dir}
+    sides = set(args.sides or ["fedhet", *references])
+    for seed in [] if args.table_only else args.seeds:
+        clients = heart_clients(seed)
+        for method in GLOBAL:
+            if "fedhet" in sides:
+                record(run_fedhet(method, seed, args.epochs, args.batches, args.root), args.root, NAME)
+            if "GL authors" in references and "GL authors" in sides:
+                scores, cpu = run_reference(
+                    references["GL authors"], clients, seed, args.epochs, args.batches, federate=method == "GL"
+                )
+                record(HeartRun("GL authors", method, seed, scores, cpu), args.root, NAME)
+    print(write_results(recorded(args.root, NAME, HeartRun), references, args.epochs, args.batches))
+
+
+if __name__ == "__main__":
+    main()
