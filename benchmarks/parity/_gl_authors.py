@@ -38,6 +38,7 @@ from torch.utils.data import DataLoader, Dataset
 
 HEART_SIZES = {"num_heads": 8, "common_embed_dim": 8}  # the defaults of the reference's ``load_models``
 METRICS = ("auroc", "balanced_accuracy", "auprc")
+BLOCK_NAMES = {"norm.": "norm_attn.", "mha.": "attn.", "ff.norm.": "norm_ff.", "ff.": ""}  # its block -> fedhet's
 
 
 @dataclass
@@ -197,3 +198,41 @@ def run_reference(
         if federate:
             _check_averaged(list(trainer.models.values()))
     return {cid: {m: float(scores[cid][m]) for m in METRICS} for cid in scores}, cpu
+
+
+def reference_model(checkout: Path, num_features: int, seed: int) -> torch.nn.Module:
+    """The reference's heart GL model for a client with ``num_features`` columns and one logit, built with ``seed``."""
+    with _imported(checkout) as (_, model), contextlib.redirect_stdout(io.StringIO()):
+        return model.PartiallyPersonalizedModel(
+            input_shape=(num_features,), output_shape=(2,), dropout=0.0, ee_dim=16, name="heart", seed=seed
+        )
+
+
+def fedhet_state(reference: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The reference model's parameters and buffers under fedhet's :class:`GlobalLayers` names and shapes.
+
+    Its per-column ``Linear(1, E)`` weights ``(E, 1)`` and biases ``(E,)`` become the rows of fedhet's entity
+    embedding ``(F, E)``; ``tf<i>`` becomes ``blocks.<i-1>`` (``norm`` -> ``norm_attn``, ``mha`` -> ``attn``,
+    ``ff.w1/w2/norm`` -> ``w1/w2/norm_ff``); its dense layers' ``w`` is fedhet's ``linear``; ``fc_out`` is ``head``.
+    """
+    state: dict[str, torch.Tensor] = {}
+    columns = reference.ee.w
+    state["embedding.weight"] = torch.stack([linear.weight[:, 0] for linear in columns]).detach().clone()
+    state["embedding.bias"] = torch.stack([linear.bias for linear in columns]).detach().clone()
+    for name, value in reference.state_dict().items():
+        top, _, rest = name.partition(".")
+        if top == "ee":
+            if rest.startswith("norm."):
+                state[f"embedding.{rest}"] = value.clone()
+            continue
+        if top.startswith("tf"):
+            block = f"blocks.{int(top[2:]) - 1}"
+            prefix = next(p for p in BLOCK_NAMES if rest.startswith(p))
+            state[f"{block}.{BLOCK_NAMES[prefix]}{rest[len(prefix) :]}"] = value.clone()
+        elif top in ("layer1", "layer3", "layer5"):
+            state[f"{top}.{rest.replace('w.', 'linear.', 1)}"] = value.clone()
+        elif top == "fc_out":
+            state[f"head.{rest}"] = value.clone()
+        else:
+            state[name] = value.clone()
+    return state

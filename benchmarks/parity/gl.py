@@ -39,8 +39,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _harness import RoundClock, git_commit, record, recorded, reference_kind  # noqa: E402, I001  (puts benchmarks/ on the path)
 from _common import environment, quiet_trainer, write_table  # noqa: E402
-from _gl_authors import METRICS, HeartClient, run_reference  # noqa: E402
+from _gl_authors import METRICS, HeartClient, fedhet_state, reference_model, run_reference  # noqa: E402
 
+from fedhet.core.spec import ClientSpec  # noqa: E402
 from fedhet.datamodules.datasets.heart import GL_SITES, HeartFederation  # noqa: E402
 from fedhet.modules.global_layers import GlobalLayers  # noqa: E402
 
@@ -98,6 +99,42 @@ def run_fedhet(method: str, seed: int, epochs: int, batches: int, root: Path) ->
     metrics = trainer.test(model, data)
     scores = {site: {m: float(metrics[f"test/{m}/{site}"]) for m in METRICS} for site in GL_SITES}
     return HeartRun("fedhet", method, seed, scores, statistics.fmean(clock.seconds[:-1] or clock.seconds))
+
+
+def same_start_gap(checkout: Path, client: HeartClient, seed: int, epochs: int, batches: int) -> float:
+    """Largest test-logit gap between the two models trained from the same weights on the same batches.
+
+    No engine and no averaging: the reference's model for ``client`` is built with ``seed``, its weights are loaded
+    into fedhet's :class:`GlobalLayers` (:func:`_gl_authors.fedhet_state`), and both take ``epochs * batches`` AdamW
+    steps (lr 1e-3, weight decay 1e-4) on one sequence of batches of ``floor(n / batches)`` rows, each with its own
+    loss (the reference's ``BCEWithLogitsLoss``, fedhet's ``GlobalLayers.loss``), batch norm frozen on both sides.
+    """
+    theirs = reference_model(checkout, client.parts["train"][0].shape[1], seed)
+    ours = GlobalLayers(width=128)
+    ours.setup_client(ClientSpec(client.client_id, tuple(client.parts["train"][0].shape[1:]), 2, classes=(0, 1)))
+    ours.configure_model()
+    ours.load_state_dict(fedhet_state(theirs))
+    theirs.eval()  # the reference trains in eval mode (drop_last=True)
+    ours.train()
+    x, y = client.parts["train"]
+    size, generator = len(x) // batches, torch.Generator().manual_seed(seed)
+    optimisers = [torch.optim.AdamW(m.parameters(), lr=1e-3, weight_decay=1e-4) for m in (theirs, ours)]
+    their_loss = torch.nn.BCEWithLogitsLoss()
+    for _ in range(epochs):
+        order = torch.randperm(len(x), generator=generator)
+        for b in range(batches):
+            rows = order[b * size : (b + 1) * size]
+            losses = (
+                their_loss(theirs(x[rows]).squeeze(), y[rows].float()),
+                ours.loss(ours(x[rows]), ours.head_targets(y[rows])),
+            )
+            for optimiser, loss in zip(optimisers, losses, strict=True):
+                optimiser.zero_grad()
+                loss.backward()
+                optimiser.step()
+    ours.eval()
+    with torch.no_grad():
+        return float((theirs(client.parts["test"][0]) - ours(client.parts["test"][0])).abs().max())
 
 
 def _spread(values: list[float]) -> str:
@@ -164,8 +201,13 @@ NOTES = [
 ]
 
 
-def write_results(runs: list[HeartRun], references: dict[str, Path], epochs: int, batches: int) -> str:
-    """The side-by-side table (``results/parity_gl.{md,csv}``) and every run's scores (``parity_gl_runs.csv``)."""
+def write_results(
+    runs: list[HeartRun], references: dict[str, Path], epochs: int, batches: int, gaps: dict[str, tuple[float, ...]]
+) -> str:
+    """The side-by-side table (``results/parity_gl.{md,csv}``) and every run's scores (``parity_gl_runs.csv``).
+
+    ``gaps``: :func:`same_start_gap` per client (seed 0) after one epoch and after ``epochs``, in the notes.
+    """
     reference = "GL authors"
     env = environment()
     for kind, path in references.items():
@@ -190,6 +232,18 @@ def write_results(runs: list[HeartRun], references: dict[str, Path], epochs: int
             f"References: {used}.",
             "",
             *NOTES,
+            *(
+                [
+                    "",
+                    "Same model, loss and optimiser step, without the engine (`same_start_gap`, seed 0): the"
+                    " reference's initial weights loaded into fedhet's `GlobalLayers`, both trained with AdamW on the"
+                    f" same batches; largest test-logit difference after {batches} / {epochs * batches} steps: "
+                    + ", ".join(f"{cid} {early:.1e} / {late:.1e}" for cid, (early, late) in gaps.items())
+                    + ".",
+                ]
+                if gaps
+                else []
+            ),
         ],
         env=env,
     )
@@ -228,7 +282,13 @@ def main() -> None:
                     references["GL authors"], clients, seed, args.epochs, args.batches, federate=method == "GL"
                 )
                 record(HeartRun("GL authors", method, seed, scores, cpu), args.root, NAME)
-    print(write_results(recorded(args.root, NAME, HeartRun), references, args.epochs, args.batches))
+    gaps = {}
+    if "GL authors" in references:
+        for client in heart_clients(0):
+            gaps[client.client_id] = tuple(
+                same_start_gap(references["GL authors"], client, 0, epochs, args.batches) for epochs in (1, args.epochs)
+            )
+    print(write_results(recorded(args.root, NAME, HeartRun), references, args.epochs, args.batches, gaps))
 
 
 if __name__ == "__main__":
