@@ -15,7 +15,11 @@ What is measured:
           float32);
         * ``non-finite check``: ``non_finite``, the NaN/Inf scan that keeps a diverged client out of the aggregate;
         * ``seed derivation``: ``derive_seed``, the hash that gives each (round, client) its own reproducible seed;
-        * ``RNG save/restore``: ``seeded``, setting the seed and restoring the caller's generator.
+        * ``RNG save/restore``: ``seeded``, setting the seed and restoring the caller's generator;
+
+    and, the other way round, one structural saving switched off to show what it saves:
+        * ``new optimizer per client``: FedAvg's ``reuse_optimizers`` set to false, so each client gets a new
+          optimizer from ``configure_optimizers()`` (as before the engine reused one per module, reset per client).
 
     Time is process CPU time per steady-state round (rounds ``1 .. R-2``), pooled over the repeats; the statistic is
     the mean of the fastest quarter of rounds of each variant, which bursts of load from other processes on a shared
@@ -43,17 +47,19 @@ from unittest.mock import patch
 import torch
 
 import fedhet.plugins.aggregators as aggregators
-import fedhet.plugins.trainer as trainer
+import fedhet.plugins.context as context
+import fedhet.plugins.policies as policies
 from _common import environment, write_table
 from engine_overhead import make_client_tensors, make_federation, run_fedhet, run_reference
+from fedhet.modules.baselines import FedAvg
 
 VARIANTS: dict[str, Callable[[], contextlib.AbstractContextManager]] = {
     "fedhet": contextlib.nullcontext,
-    "without upload copy": lambda: patch.object(trainer, "to_cpu", dict),
+    "without upload copy": lambda: patch.object(context, "to_cpu", dict),
     "without float64 aggregation": lambda: patch.object(aggregators.WeightedMean, "update", lambda self, upload: None),
-    "without non-finite check": lambda: patch.object(trainer, "non_finite", lambda *payloads: []),
-    "without seed derivation": lambda: patch.object(trainer, "derive_seed", lambda seed, *keys: seed),
-    "without RNG save/restore": lambda: patch.object(trainer, "seeded", lambda *a, **k: contextlib.nullcontext()),
+    "without non-finite check": lambda: patch.object(policies, "non_finite", lambda *payloads: []),
+    "without seed derivation": lambda: patch.object(context, "derive_seed", lambda seed, *keys: seed),
+    "without RNG save/restore": lambda: patch.object(context, "seeded", lambda *a, **k: contextlib.nullcontext()),
 }
 
 
@@ -67,6 +73,7 @@ def _all_off() -> Iterator[None]:
 
 
 VARIANTS["without all five"] = _all_off
+VARIANTS["new optimizer per client"] = lambda: patch.object(FedAvg, "reuse_optimizers", False)
 
 COLUMNS = {
     "variant": "variant",
@@ -131,7 +138,8 @@ def main(argv: list[str] | None = None) -> None:
             "Written by `benchmarks/engine_overhead_ablation.py` (its docstring explains the method): process CPU"
             " time per client and round, mean of the fastest quarter of steady-state rounds; a piece's cost is fedhet's"
             " time less the time with that piece switched off. Repeated runs of the script move a piece's cost by up"
-            " to ~30 µs: read the pieces together rather than one by one.",
+            " to ~30 µs: read the pieces together rather than one by one. The last row switches a saving off (a new"
+            " optimizer per client instead of one reused per module): its negative cost is what the reuse saves.",
             "",
             f"- command: `{command}`",
         ]

@@ -70,6 +70,7 @@ class FederatedModule(LightningModule):
     def __init__(self) -> None:
         super().__init__()
         self.client_spec: ClientSpec | None = _LOADING_SPEC.get()
+        self._trainable_patterns: tuple[str, ...] = ("*",)  # what set_local_phase last applied: all trainable
         self.local_train_loader: Iterable | None = None
         self.local_logs: dict[str, list[Tensor]] | None = None
 
@@ -164,7 +165,7 @@ class FederatedModule(LightningModule):
         The patterns last applied are remembered, so re-applying the same phase (every round) costs nothing.
         """
         trainable = ("*",) if phase is None else phase.trainable
-        if trainable == getattr(self, "_trainable_patterns", ("*",)):
+        if trainable == self._trainable_patterns:
             return
         for name, param in self.named_parameters():
             param.requires_grad_(any(fnmatchcase(name, p) for p in trainable))
