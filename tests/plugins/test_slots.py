@@ -7,9 +7,11 @@ import torch
 from torch import nn
 
 from fedhet.core import ClientSpec
-from fedhet.modules import FedAvg, FedPAC, FedRep
+from fedhet.datamodules import FederatedDataModule
+from fedhet.modules import FedAvg, FedPAC, FedRep, GlobalLayers
 from fedhet.plugins import FederatedTrainer
 from fedhet.plugins.slots import ModuleSlot
+from tests.conftest import make_client
 
 
 def built(module, dim=6, classes=3):
@@ -45,6 +47,23 @@ def test_reused_optimizers_train_exactly_as_new_ones(tmp_path, tiny_federation, 
     for cid in tiny_federation.client_ids:
         torch.testing.assert_close(a.store[cid].personal, b.store[cid].personal, rtol=0, atol=0)
     assert [h["train/loss_mean"] for h in a.history] == [h["train/loss_mean"] for h in b.history]
+
+
+def test_reused_optimizers_carry_each_clients_kept_state_exactly(tmp_path):
+    """Global Layers keeps each client's AdamW state across rounds: a reused optimizer reloads it, as a new one does."""
+    data = FederatedDataModule([make_client(cid, 40, seed) for seed, cid in enumerate("abc")])
+    tiny = {"embed_dim": 4, "num_heads": 2, "num_blocks": 1, "width": 8, "lr": 1e-2}
+    reused, fresh = GlobalLayers(**tiny), GlobalLayers(**tiny)
+    assert reused.reuse_optimizers
+    assert reused.keep_optimizer_state
+    fresh.reuse_optimizers = False
+    a = fit(tmp_path, "reused", reused, data)
+    b = fit(tmp_path, "fresh", fresh, data)
+    torch.testing.assert_close(a.server_state.shared, b.server_state.shared, rtol=0, atol=0)
+    for cid in data.client_ids:
+        torch.testing.assert_close(a.store[cid].personal, b.store[cid].personal, rtol=0, atol=0)
+        torch.testing.assert_close(a.store[cid].optimizer, b.store[cid].optimizer, rtol=0, atol=0)
+        assert a.store[cid].optimizer["state"]  # AdamW moments were kept
 
 
 def test_optimizers_are_reset_to_their_built_state_for_each_client():

@@ -273,6 +273,7 @@ class GlobalLayers(FederatedModule):
     """
 
     keep_optimizer_state = True
+    reuse_optimizers = True  # one AdamW over the parameters: reset and reloaded with each client's kept state
 
     def __init__(
         self,
