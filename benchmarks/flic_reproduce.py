@@ -34,7 +34,7 @@ from typing import Any
 
 import torch
 
-from _common import quiet_trainer
+from _common import environment, quiet_trainer
 from fedhet.callbacks import AnchorUpdate, FederatedCallback
 from fedhet.core import ClientUpdate
 from fedhet.core.statistics import ANCHOR_FACTORS, ANCHOR_MEANS
@@ -163,8 +163,8 @@ def main() -> None:
     parser.add_argument("--pretrain-lr", type=float, default=1e-2)
     parser.add_argument("--realign-epochs", type=int, default=0)
     parser.add_argument("--toy-clients", type=int, default=20)
-    parser.add_argument("--samples-per-class", type=int, default=500)
-    parser.add_argument("--test-samples-per-class", type=int, default=200)
+    parser.add_argument("--samples-per-class", type=int, default=2000)
+    parser.add_argument("--test-samples-per-class", type=int, default=1000)
     parser.add_argument("--digits-clients", type=int, default=12)
     parser.add_argument("--digits-network", choices=["cnn", "mlp"], default="cnn")
     parser.add_argument("--server-sizes", type=int, nargs="*", default=[10, 100, 1000])  # empty: not timed
@@ -212,7 +212,8 @@ def main() -> None:
         f"python benchmarks/flic_reproduce.py --seeds {args.seeds} --rounds {args.rounds} --local-epochs"
         f" {args.local_epochs} --fraction {args.fraction} --pretrain-epochs {args.pretrain_epochs} --pretrain-lr"
         f" {args.pretrain_lr} --realign-epochs {args.realign_epochs} --toy-clients"
-        f" {args.toy_clients} --samples-per-class {args.samples_per_class} --digits-clients {args.digits_clients}"
+        f" {args.toy_clients} --samples-per-class {args.samples_per_class} --test-samples-per-class"
+        f" {args.test_samples_per_class} --digits-clients {args.digits_clients}"
         f" --digits-network {args.digits_network} --datasets {' '.join(args.datasets)}"
         + (f" --methods {' '.join(repr(m) for m in args.methods)}" if args.methods != METHODS else "")
         + f" --tag {args.tag}"
@@ -267,6 +268,7 @@ def main() -> None:
         ]
     )
     md += [f"| {c['clients']} | {c['covariances']} | {c['seconds']:.5f} |" for c in cost]
+    md += ["", *(f"- {key}: `{value}`" for key, value in environment().items())]
     (RESULTS / f"{args.tag}.md").write_text("\n".join(md) + "\n")
     print("\n".join(md[-(len(cost) + 2) :]))
 

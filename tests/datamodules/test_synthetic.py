@@ -125,3 +125,19 @@ def test_options_reach_the_clients():
 def test_bad_arguments_are_refused_on_construction(cls, kwargs, argument):
     with pytest.raises(ValueError, match=argument):
         cls(**kwargs)
+
+
+def test_default_imbalance_gives_the_sizes_the_paper_reports():
+    # Rakotomamonjy et al. (2024), S3.1.1: 100 clients with 2 classes each hold about 15k (linear) to 16k (noisy)
+    # training samples, at most 400 per client; the code's subsampling (the default) gives that, the uniform
+    # share the paper's text states gives about a third more
+    sizes = {}
+    for imbalance in ("code", "paper"):
+        toy = LinearMappingToy(
+            num_clients=100, classes_per_client=2, test_samples_per_class=1, imbalance=imbalance, seed=0
+        )
+        sizes[imbalance] = [spec.num_train for spec in toy.specs.values()]
+    assert LinearMappingToy().hparams.imbalance == NoisyFeaturesToy().hparams.imbalance == "code"
+    assert 13_000 <= sum(sizes["code"]) <= 17_000
+    assert max(sizes["code"]) <= 400
+    assert sum(sizes["paper"]) > 18_000
