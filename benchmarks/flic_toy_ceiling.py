@@ -7,11 +7,13 @@ client is linear in its own features. Two references per client, with scikit-lea
 
 * ``LDA train -> test``: fitted on the client's training split, scored on its test split (what a client could reach
   alone with the right model family);
-* ``LDA on test (in-sample)``: fitted and scored on the test split itself, an optimistic ceiling.
+* ``LDA on test (in-sample)``: fitted and scored on the test split itself, an optimistic ceiling;
+* ``Bayes (true parameters)``: the client's Bayes classifier from the generator's own class means and covariance
+  mapped into the client's features (equal priors over its classes): no method can do better on average.
 
 A federated method can only beat Local by more than the gap between Local and these references if the other clients'
 data tell it something about this client's classes that its own data do not. Same federations as
-``flic_reproduce.py`` (20 clients, 500 training / 200 test samples per class, seeds 0..n-1).
+``flic_reproduce.py`` (20 clients, the paper's pools of 2000 training / 1000 test samples per class, seeds 0..n-1).
 
 Run from the repository root: ``python benchmarks/flic_toy_ceiling.py --seeds 3``. Writes
 ``benchmarks/results/flic_toy_ceiling.{csv,md}``.
@@ -22,6 +24,7 @@ from __future__ import annotations
 import argparse
 import statistics
 
+import numpy as np
 from sklearn.discriminant_analysis import LinearDiscriminantAnalysis
 
 from _common import environment, write_table
@@ -30,8 +33,31 @@ from fedhet.datamodules import LinearMappingToy, NoisyFeaturesToy
 TOYS = {"linear": LinearMappingToy, "noisy": NoisyFeaturesToy}
 
 
-def client_scores(dataset: str, seed: int, args: argparse.Namespace) -> tuple[float, float]:
-    """Mean over clients of the two LDA accuracies (%) for one toy and seed."""
+def bayes_accuracy(data: LinearMappingToy | NoisyFeaturesToy, client_id: str) -> float:
+    """Test accuracy of a client's Bayes classifier, from the toy's true class means and unit covariance.
+
+    In the base space class ``c`` is ``N(m_c, I)``; the client sees ``x A`` (linear toy, ``A`` its matrix) or ``[x,
+    noise]`` (noisy toy, unit noise), so its class ``c`` is ``N(m_c A, A^T A)`` or ``N([m_c, 0], I)``: the classifier
+    takes the nearest class mean of the client's classes in the Mahalanobis metric (pseudo-inverse when singular).
+    """
+    means = data.class_means.double().numpy()
+    draw = data.feature_draws[client_id]
+    if isinstance(draw, int):  # noisy toy: ``draw`` noise features appended
+        means = np.hstack([means, np.zeros((len(means), draw))])
+        precision = np.eye(means.shape[1])
+    else:
+        matrix = draw.double().numpy()
+        means, precision = means @ matrix, np.linalg.pinv(matrix.T @ matrix)
+    client = data.client(client_id)
+    x, y = client.test_dataset.x.double().numpy(), client.test_dataset.y.numpy()
+    classes = np.array(data.client_classes[client_id])
+    diff = x[:, None, :] - means[classes][None, :, :]
+    distance = np.einsum("ncd,de,nce->nc", diff, precision, diff)
+    return float(np.mean(classes[distance.argmin(axis=1)] == y))
+
+
+def client_scores(dataset: str, seed: int, args: argparse.Namespace) -> tuple[float, float, float]:
+    """Mean over clients of the two LDA accuracies and the Bayes accuracy (%) for one toy and seed."""
     data = TOYS[dataset](
         num_clients=args.clients,
         samples_per_class=args.samples_per_class,
@@ -40,7 +66,7 @@ def client_scores(dataset: str, seed: int, args: argparse.Namespace) -> tuple[fl
         seed=seed,
     )
     data.setup("fit")
-    held_out, in_sample = [], []
+    held_out, in_sample, bayes = [], [], []
     for client_id in data.client_ids:
         client = data.client(client_id)
         x_train, y_train = client.train_dataset.x.numpy(), client.train_dataset.y.numpy()
@@ -48,20 +74,21 @@ def client_scores(dataset: str, seed: int, args: argparse.Namespace) -> tuple[fl
         lda = LinearDiscriminantAnalysis(solver="lsqr", shrinkage="auto")
         held_out.append(lda.fit(x_train, y_train).score(x_test, y_test))
         in_sample.append(lda.fit(x_test, y_test).score(x_test, y_test))
-    return 100 * statistics.mean(held_out), 100 * statistics.mean(in_sample)
+        bayes.append(bayes_accuracy(data, client_id))
+    return 100 * statistics.mean(held_out), 100 * statistics.mean(in_sample), 100 * statistics.mean(bayes)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--clients", type=int, default=20)
-    parser.add_argument("--samples-per-class", type=int, default=500)
-    parser.add_argument("--test-samples-per-class", type=int, default=200)
+    parser.add_argument("--samples-per-class", type=int, default=2000)
+    parser.add_argument("--test-samples-per-class", type=int, default=1000)
     args = parser.parse_args()
     rows = []
     for dataset in TOYS:
         scores = [client_scores(dataset, seed, args) for seed in range(args.seeds)]
-        for index, name in enumerate(("LDA train -> test", "LDA on test (in-sample)")):
+        for index, name in enumerate(("LDA train -> test", "LDA on test (in-sample)", "Bayes (true parameters)")):
             values = [s[index] for s in scores]
             rows.append(
                 {
@@ -74,7 +101,8 @@ def main() -> None:
             )
     notes = [
         f"Mean client test accuracy (%) over {args.clients} clients, ± std over {args.seeds} seeds; the toys of"
-        " `flic_reproduce.py` (Local and FLIC on the same federations are in `flic_toys.md`).",
+        f" `flic_reproduce.py` with {args.samples_per_class} training / {args.test_samples_per_class} test samples per"
+        " class (Local and FLIC on the same federations: `flic_linear_paper_toy.md` for the paper's pools).",
     ]
     columns = {"dataset": "toy", "reference": "reference", "acc_mean": "accuracy", "acc_std": "± std", "seeds": "seeds"}
     title = "FLIC toys: per-client linear references"
