@@ -151,59 +151,8 @@ def server_cost(sizes: list[int], learned_sizes: list[int], classes: int = 20, d
     return rows
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--datasets", nargs="*", default=["noisy", "linear", "digits"])
-    parser.add_argument("--methods", nargs="*", default=METHODS, choices=METHODS + EXTRA_METHODS)
-    parser.add_argument("--seeds", type=int, default=3)
-    parser.add_argument("--rounds", type=int, default=10)
-    parser.add_argument("--local-epochs", type=int, default=10)
-    parser.add_argument("--fraction", type=float, default=0.2)
-    parser.add_argument("--pretrain-epochs", type=int, default=20)
-    parser.add_argument("--pretrain-lr", type=float, default=1e-2)
-    parser.add_argument("--realign-epochs", type=int, default=0)
-    parser.add_argument("--toy-clients", type=int, default=20)
-    parser.add_argument("--samples-per-class", type=int, default=2000)
-    parser.add_argument("--test-samples-per-class", type=int, default=1000)
-    parser.add_argument("--digits-clients", type=int, default=12)
-    parser.add_argument("--digits-network", choices=["cnn", "mlp"], default="cnn")
-    parser.add_argument("--server-sizes", type=int, nargs="*", default=[10, 100, 1000])  # empty: not timed
-    parser.add_argument("--learned-server-sizes", type=int, nargs="*", default=[10, 100])
-    parser.add_argument("--tag", default="flic_reproduce")
-    args = parser.parse_args()
-    torch.set_num_threads(1)
-    RESULTS.mkdir(exist_ok=True)
-
-    rows = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for dataset in args.datasets:
-            for name in args.methods:
-                start = time.perf_counter()
-                means, weighted, moves = [], [], []
-                for seed in range(args.seeds):
-                    acc, wacc, move = run(name, dataset, seed, args, Path(tmp))
-                    means.append(acc)
-                    weighted.append(wacc)
-                    moves.append(move)
-                row = {
-                    "dataset": dataset,
-                    "method": name,
-                    "acc_mean": statistics.mean(means),
-                    "acc_std": statistics.stdev(means) if len(means) > 1 else 0.0,
-                    "acc_weighted_mean": statistics.mean(weighted),
-                    "acc_weighted_std": statistics.stdev(weighted) if len(weighted) > 1 else 0.0,
-                    "anchor_move": statistics.mean(moves),
-                    "seeds": len(means),
-                    "seconds_per_run": (time.perf_counter() - start) / args.seeds,
-                }
-                rows.append(row)
-                print(
-                    f"{dataset:7s} {name:11s} {row['acc_mean']:6.2f} ± {row['acc_std']:.2f}"
-                    f"  (weighted {row['acc_weighted_mean']:.2f})  {row['seconds_per_run']:.0f} s/run",
-                    flush=True,
-                )
-    cost = server_cost(args.server_sizes, args.learned_server_sizes) if args.server_sizes else []
-
+def write(rows: list[dict[str, Any]], cost: list[dict[str, Any]], args: argparse.Namespace) -> list[str]:
+    """Write the rows measured so far (and the server-step timings) to ``results/<tag>.{csv,md}``; return the md."""
     header = list(rows[0])
     (RESULTS / f"{args.tag}.csv").write_text(
         "\n".join([",".join(header)] + [",".join(str(r[h]) for h in header) for r in rows]) + "\n"
@@ -270,7 +219,63 @@ def main() -> None:
     md += [f"| {c['clients']} | {c['covariances']} | {c['seconds']:.5f} |" for c in cost]
     md += ["", *(f"- {key}: `{value}`" for key, value in environment().items())]
     (RESULTS / f"{args.tag}.md").write_text("\n".join(md) + "\n")
-    print("\n".join(md[-(len(cost) + 2) :]))
+    return md
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--datasets", nargs="*", default=["noisy", "linear", "digits"])
+    parser.add_argument("--methods", nargs="*", default=METHODS, choices=METHODS + EXTRA_METHODS)
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--local-epochs", type=int, default=10)
+    parser.add_argument("--fraction", type=float, default=0.2)
+    parser.add_argument("--pretrain-epochs", type=int, default=20)
+    parser.add_argument("--pretrain-lr", type=float, default=1e-2)
+    parser.add_argument("--realign-epochs", type=int, default=0)
+    parser.add_argument("--toy-clients", type=int, default=20)
+    parser.add_argument("--samples-per-class", type=int, default=2000)
+    parser.add_argument("--test-samples-per-class", type=int, default=1000)
+    parser.add_argument("--digits-clients", type=int, default=12)
+    parser.add_argument("--digits-network", choices=["cnn", "mlp"], default="cnn")
+    parser.add_argument("--server-sizes", type=int, nargs="*", default=[10, 100, 1000])  # empty: not timed
+    parser.add_argument("--learned-server-sizes", type=int, nargs="*", default=[10, 100])
+    parser.add_argument("--tag", default="flic_reproduce")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    RESULTS.mkdir(exist_ok=True)
+
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for dataset in args.datasets:
+            for name in args.methods:
+                start = time.perf_counter()
+                means, weighted, moves = [], [], []
+                for seed in range(args.seeds):
+                    acc, wacc, move = run(name, dataset, seed, args, Path(tmp))
+                    means.append(acc)
+                    weighted.append(wacc)
+                    moves.append(move)
+                row = {
+                    "dataset": dataset,
+                    "method": name,
+                    "acc_mean": statistics.mean(means),
+                    "acc_std": statistics.stdev(means) if len(means) > 1 else 0.0,
+                    "acc_weighted_mean": statistics.mean(weighted),
+                    "acc_weighted_std": statistics.stdev(weighted) if len(weighted) > 1 else 0.0,
+                    "anchor_move": statistics.mean(moves),
+                    "seeds": len(means),
+                    "seconds_per_run": (time.perf_counter() - start) / args.seeds,
+                }
+                rows.append(row)
+                write(rows, [], args)  # what is measured so far survives an interrupted run
+                print(
+                    f"{dataset:7s} {name:11s} {row['acc_mean']:6.2f} ± {row['acc_std']:.2f}"
+                    f"  (weighted {row['acc_weighted_mean']:.2f})  {row['seconds_per_run']:.0f} s/run",
+                    flush=True,
+                )
+    cost = server_cost(args.server_sizes, args.learned_server_sizes) if args.server_sizes else []
+    print("\n".join(write(rows, cost, args)))
 
 
 if __name__ == "__main__":
