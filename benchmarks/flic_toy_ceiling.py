@@ -16,7 +16,7 @@ data tell it something about this client's classes that its own data do not. Sam
 ``flic_reproduce.py`` (20 clients, the paper's pools of 2000 training / 1000 test samples per class, seeds 0..n-1).
 
 Run from the repository root: ``python benchmarks/flic_toy_ceiling.py --seeds 3``. Writes
-``benchmarks/results/flic_toy_ceiling.{csv,md}``.
+``benchmarks/results/<--tag>.{csv,md}`` (default ``flic_toy_ceiling``).
 """
 
 from __future__ import annotations
@@ -84,6 +84,7 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=20)
     parser.add_argument("--samples-per-class", type=int, default=2000)
     parser.add_argument("--test-samples-per-class", type=int, default=1000)
+    parser.add_argument("--tag", default="flic_toy_ceiling", help="name of the results files")
     args = parser.parse_args()
     rows = []
     for dataset in TOYS:
@@ -106,7 +107,7 @@ def main() -> None:
     ]
     columns = {"dataset": "toy", "reference": "reference", "acc_mean": "accuracy", "acc_std": "± std", "seeds": "seeds"}
     title = "FLIC toys: per-client linear references"
-    print(write_table("flic_toy_ceiling", title, rows, columns, notes, environment()))
+    print(write_table(args.tag, title, rows, columns, notes, environment()))
 
 
 if __name__ == "__main__":
