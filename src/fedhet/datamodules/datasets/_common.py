@@ -31,6 +31,8 @@ VENDORED_SHA256: dict[str, str] = {
     "mfeat-pix.csv.gz": "772b7b3da0cf2c7fde4ba72ebb80a7f4255b2b266d8b20fdc19008fe2b4aefab",
     "mfeat-zer.csv.gz": "b6d96ff0a639ef36e355867a4cb74d8ea4e033a824bbded738787813e0f592cc",
     "mfeat-mor.csv.gz": "895859c43f73dfad860cef225c7f6f6f50cfc2b1f8dad5df548445dd1a9be9e3",
+    "vowel.csv": "d38a2dc1173fe7332c114e590d806cd660282e20472c908d720db8b47bd0311f",
+    "satellite.csv.gz": "cf437c938b517e44024a39f406e4216aaf41b630feb18c6dd190003e08296f16",
 }
 """The sha256 of every file in the package's ``data`` folder, checked each time a file is first read."""
 
