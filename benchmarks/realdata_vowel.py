@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from _common import environment, quiet_trainer, write_table
+from _common import RESULTS_DIR, environment, quiet_trainer, write_table
 from fedhet.datamodules import VowelFederation
 from fedhet.modules import FedAvg, FedBABU, FedPAC, FedPer, FedRep, LocalOnly
 
@@ -124,47 +124,60 @@ def main() -> None:
     args = parser.parse_args()
 
     names = args.methods or list(methods(args))
-    rows = []
+    results: dict[str, list[dict[str, float]]] = {name: [] for name in names}
+    seconds: dict[str, list[float]] = {name: [] for name in names}
+    references: list[dict[str, dict[str, float]]] = []
     with tempfile.TemporaryDirectory() as tmp:
-        for method in names:
-            start = time.perf_counter()
-            runs = [run(method, seed, args, Path(tmp)) for seed in range(args.seeds)]
-            seconds = (time.perf_counter() - start) / args.seeds
-            row: dict[str, Any] = {"method": method, "kind": "fedhet", "seconds_per_run": round(seconds, 1)}
-            row["acc_mean"] = fmt([r["test/acc_mean"] for r in runs])
-            row["acc_worst"] = fmt([r["test/acc_worst"] for r in runs])
-            row["runs_acc_mean"] = " ".join(f"{100 * r['test/acc_mean']:.1f}" for r in runs)
-            rows.append(row)
-            print(f"{method:10s} mean {row['acc_mean']}  worst {row['acc_worst']}  {seconds:.1f} s/run", flush=True)
-    references = [sklearn_references(seed, args.standardize) for seed in range(args.seeds)]
-    for name in references[0]:
-        rows.append(
-            {
-                "method": name,
-                "kind": "reference",
-                "seconds_per_run": "",
-                "acc_mean": fmt([r[name]["mean"] for r in references]),
-                "acc_worst": fmt([r[name]["worst"] for r in references]),
-                "runs_acc_mean": " ".join(f"{100 * r[name]['mean']:.1f}" for r in references),
-            }
-        )
+        for seed in range(args.seeds):  # seed-major, so a cut-off run still has every method at its first seeds
+            references.append(sklearn_references(seed, args.standardize))
+            for method in names:
+                start = time.perf_counter()
+                metrics = run(method, seed, args, Path(tmp))
+                results[method].append({"mean": metrics["test/acc_mean"], "worst": metrics["test/acc_worst"]})
+                seconds[method].append(time.perf_counter() - start)
+                print(f"seed {seed} {method:10s} mean {metrics['test/acc_mean']:.4f}", flush=True)
+                write_results(args, results, seconds, references)
+    print((RESULTS_DIR / f"{args.tag}.md").read_text())
+
+
+def write_results(
+    args: argparse.Namespace,
+    results: dict[str, list[dict[str, float]]],
+    seconds: dict[str, list[float]],
+    references: list[dict[str, dict[str, float]]],
+) -> None:
+    """Write the table of every method and reference point over the seeds finished so far."""
+    measured = [(name, runs, seconds[name]) for name, runs in results.items() if runs]
+    measured += [(name, [r[name] for r in references], []) for name in references[0]]
+    rows = [
+        {
+            "method": name,
+            "seeds": len(runs),
+            "acc_mean": fmt([r["mean"] for r in runs]),
+            "acc_worst": fmt([r["worst"] for r in runs]),
+            "runs_acc_mean": " ".join(f"{100 * r['mean']:.1f}" for r in runs),
+            "seconds_per_run": f"{statistics.mean(times):.0f}" if times else "",
+        }
+        for name, runs, times in measured
+    ]
     notes = [
         f"UCI Vowel (Deterding), 15 speakers = 15 clients, 44 train / 22 test utterances each (held-out repetitions),"
         f" {'per-speaker standardised' if args.standardize else 'raw'} features; MLP body {args.hidden} + linear head,"
         f" SGD lr {args.lr} momentum 0.5 wd 5e-4, batch 11, {args.rounds} rounds x {args.local_epochs} local"
         f" epoch(s), fine-tuning {args.finetune_epochs} epochs (FedAvg-FT, FedBABU). Test accuracy (%) of every"
-        f" client's own model on its own held-out repetitions, mean over clients and worst client, mean ± std over"
-        f" {args.seeds} seeds (per-seed client means in the last column). Reference rows: scikit-learn on the same"
-        " splits, no tuning.",
+        " client's own model on its own held-out repetitions, mean over clients and worst client, mean ± std over the"
+        f" seeds finished (column `seeds`, of {args.seeds} asked; per-seed client means in `per seed`). Rows named"
+        " sklearn: scikit-learn on the same splits, no tuning. s/run: wall seconds on a shared machine.",
     ]
     columns = {
         "method": "method",
+        "seeds": "seeds",
         "acc_mean": "mean client acc (%)",
         "acc_worst": "worst client acc (%)",
         "runs_acc_mean": "per seed",
         "seconds_per_run": "s/run",
     }
-    print(write_table(args.tag, "UCI Vowel by speaker: FedPAC and baselines", rows, columns, notes, environment()))
+    write_table(args.tag, "UCI Vowel by speaker: FedPAC and baselines", rows, columns, notes, environment())
 
 
 if __name__ == "__main__":

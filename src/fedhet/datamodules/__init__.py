@@ -8,6 +8,7 @@ from fedhet.datamodules.datasets import (
     DigitsFamilyFederation,
     HeartFederation,
     MultipleFeaturesFederation,
+    SatelliteFederation,
     SensorCovarianceFederation,
     VowelFederation,
 )
@@ -36,6 +37,7 @@ __all__ = [
     "NoisyFeaturesToy",
     "PartitionedFederation",
     "RotatedBlobsDomains",
+    "SatelliteFederation",
     "SensorCovarianceFederation",
     "TensorBatchLoader",
     "TensorPairDataset",

@@ -55,6 +55,19 @@ def mfeat_views(views: Sequence[str] | None = None) -> BlockData:
     return torch.cat(list(data.views.values()), dim=1), data.y, columns
 
 
+def satellite_bands() -> BlockData:
+    """Statlog Landsat Satellite (bundled): 6,435 3x3 neighbourhoods, the four spectral bands as blocks of nine columns.
+
+    Returns:
+        features ``(6435, 36)`` (values 0..255, file order), labels and each band's columns.
+
+    """
+    from fedhet.datamodules.datasets.satellite import BANDS, band_columns, load_satellite_table
+
+    x, y = load_satellite_table()
+    return x, y, {band: band_columns(band) for band in BANDS}
+
+
 def synthetic_views(
     num_classes: int = 40,
     num_views: int = 4,
@@ -94,6 +107,7 @@ def synthetic_views(
 DATASETS: dict[str, Callable[..., BlockData]] = {
     "digits": digits_quadrants,
     "mfeat": mfeat_views,
+    "satellite": satellite_bands,
     "synthetic": synthetic_views,
 }
 """Multi-block datasets known by name to :class:`HybridFederation`."""
@@ -102,16 +116,16 @@ DATASETS: dict[str, Callable[..., BlockData]] = {
 class HybridFederation(FederatedDataModule):
     """Clients that hold different feature blocks of different classes, evaluated on every class (HyFEM).
 
-    The pooled data (``data``: ``"digits"`` quadrants, ``"mfeat"`` views or ``"synthetic"`` views, with
-    ``data_args``) are split per class into train, validation and test parts. ``assignment`` gives each client its
-    blocks and classes; it holds the training samples of its classes restricted to its blocks (clients with the same
-    block set split a shared class, see :func:`~fedhet.functional.hybrid_partition`), and its validation and test sets
-    are **all** held-out samples restricted to its blocks. :meth:`global_dataloader` gives the held-out samples with
-    every held block, for the server model; :attr:`block_widths` is the block table in the data's order. With
-    ``standardize`` every column is standardised with the pooled training part's statistics.
+    The pooled data (``data``: ``"digits"`` quadrants, ``"mfeat"`` views, ``"satellite"`` bands or ``"synthetic"``
+    views, with ``data_args``) are split per class into train, validation and test parts. ``assignment`` gives each
+    client its blocks and classes; it holds the training samples of its classes restricted to its blocks (clients with
+    the same block set split a shared class, see :func:`~fedhet.functional.hybrid_partition`), and its validation and
+    test sets are **all** held-out samples restricted to its blocks. :meth:`global_dataloader` gives the held-out
+    samples with every held block, for the server model; :attr:`block_widths` is the block table in the data's order.
+    With ``standardize`` every column is standardised with the pooled training part's statistics.
 
     Args:
-        data: ``"digits"``, ``"mfeat"`` or ``"synthetic"``.
+        data: ``"digits"``, ``"mfeat"``, ``"satellite"`` or ``"synthetic"``.
         assignment: ``{client: {"blocks": [...], "classes": [...]}}``.
         data_args: keyword arguments of the loader (e.g. :func:`synthetic_views`' sizes).
         val_fraction: share of every class held out for validation.

@@ -13,6 +13,7 @@ federation                             clients
 :class:`DigitsFamilyFederation`        one per digit source: MNIST 28x28, mfeat 16x15, optdigits 8x8
 :class:`CovertypeFederation`           one per wilderness area
 :class:`SensorCovarianceFederation`    one channel montage each of real multichannel series (sktime), covariances
+:class:`SatelliteFederation`           clients whose sensors record different Landsat bands (Statlog Satellite)
 :class:`VowelFederation`               one per speaker of the Deterding vowels (UCI Vowel, 15 speakers, 11 vowels)
 =====================================  ===========================================================================
 """
@@ -39,10 +40,12 @@ from fedhet.datamodules.datasets.heart import (
 )
 from fedhet.datamodules.datasets.mfeat import VIEW_WIDTHS, VIEWS, MultipleFeaturesFederation, MultiViewData, load_mfeat
 from fedhet.datamodules.datasets.mnist import fashion_mnist_dir, load_fashion_mnist, load_mnist5k, read_idx
+from fedhet.datamodules.datasets.satellite import BANDS, SatelliteFederation, load_satellite
 from fedhet.datamodules.datasets.sensors import SENSOR_DATASETS, SensorCovarianceFederation, load_sensor_series
 from fedhet.datamodules.datasets.vowel import VOWELS, VowelData, VowelFederation, load_vowel
 
 __all__ = [
+    "BANDS",
     "DATA_ENV_VAR",
     "DIGIT_SOURCES",
     "GL_SITES",
@@ -61,6 +64,7 @@ __all__ = [
     "ImageData",
     "MultiViewData",
     "MultipleFeaturesFederation",
+    "SatelliteFederation",
     "SensorCovarianceFederation",
     "VowelData",
     "VowelFederation",
@@ -73,6 +77,7 @@ __all__ = [
     "load_heart",
     "load_mfeat",
     "load_mnist5k",
+    "load_satellite",
     "load_sensor_series",
     "load_vowel",
     "prepare_heart_features",

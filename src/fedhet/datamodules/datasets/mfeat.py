@@ -18,16 +18,9 @@ import torch
 from torch import Tensor
 
 from fedhet.datamodules.client import ClientDataModule
-from fedhet.datamodules.datasets._common import (
-    check_fractions,
-    class_shares,
-    derived_seed,
-    fit_standardizer,
-    parse_csv,
-    vendored_bytes,
-)
+from fedhet.datamodules.datasets._common import check_fractions, parse_csv, vendored_bytes
+from fedhet.datamodules.datasets._views import ViewClientSettings, build_view_clients, check_client_classes
 from fedhet.datamodules.federated import FederatedDataModule
-from fedhet.functional.partition import split_indices
 
 VIEW_WIDTHS: dict[str, int] = {"fou": 76, "fac": 216, "kar": 64, "pix": 240, "zer": 47, "mor": 6}
 """The six views and their widths: Fourier coefficients of the character shapes (76), profile correlations (216),
@@ -164,15 +157,7 @@ class MultipleFeaturesFederation(FederatedDataModule):
         for index, views in enumerate(client_views):
             _check_views(views, f"client_views[{index}]")
         if client_classes is not None:
-            if len(client_classes) != len(client_views):
-                raise ValueError(
-                    f"`client_classes` lists {len(client_classes)} clients but `client_views` lists {len(client_views)}"
-                )
-            for index, classes in enumerate(client_classes):
-                if not classes or len(set(classes)) != len(classes) or not all(0 <= c < NUM_CLASSES for c in classes):
-                    raise ValueError(
-                        f"`client_classes[{index}]` must list distinct classes in [0, {NUM_CLASSES}), got {classes}"
-                    )
+            check_client_classes(client_classes, len(client_views), NUM_CLASSES)
         check_fractions(val_fraction, test_fraction)
         self.save_hyperparameters()
         self.client_views = [tuple(views) for views in client_views]
@@ -211,46 +196,8 @@ class MultipleFeaturesFederation(FederatedDataModule):
         """
         config = self.hparams
         data = load_mfeat(list(self.block_widths))
-        labels = data.y.numpy()
-        num_clients = len(self.client_views)
-        holders = [[k for k in range(num_clients) if c in self.client_classes[k]] for c in range(NUM_CLASSES)]
-        if config.disjoint_samples:
-            shares = class_shares(labels, holders, num_clients, config.seed)
-        else:
-            shares = [np.flatnonzero(np.isin(labels, classes)) for classes in self.client_classes]
-        width = max(3, len(str(num_clients - 1)))
-        fractions = (1.0 - config.val_fraction - config.test_fraction, config.val_fraction, config.test_fraction)
-        clients = []
-        for index, (views, rows) in enumerate(zip(self.client_views, shares, strict=True)):
-            client_id = f"client_{index:0{width}d}"
-            client_seed = derived_seed(config.seed, index)
-            picked = torch.from_numpy(rows)
-            x = torch.cat([data.views[view][picked] for view in views], dim=1)
-            y = data.y[picked]
-            parts = split_indices(len(rows), fractions, client_seed)
-            self._split_rows[client_id] = {
-                name: rows[part] for name, part in zip(("train", "val", "test"), parts, strict=True)
-            }
-            train, val, test = (torch.from_numpy(part) for part in parts)
-            if config.standardize:
-                mean, scale = fit_standardizer(x[train])
-                x = (x - mean) / scale
-            held_out = {}
-            for name, part in (("val", val), ("test", test)):
-                if len(part) > 0:
-                    held_out[f"x_{name}"] = x[part]
-                    held_out[f"y_{name}"] = y[part]
-            clients.append(
-                ClientDataModule(
-                    client_id,
-                    x[train],
-                    y[train],
-                    NUM_CLASSES,
-                    feature_blocks={view: VIEW_WIDTHS[view] for view in views},
-                    batch_size=config.batch_size,
-                    eval_batch_size=config.eval_batch_size,
-                    seed=client_seed,
-                    **held_out,
-                )
-            )
+        settings = ViewClientSettings.from_config(config)
+        clients, self._split_rows = build_view_clients(
+            data.views, data.y, NUM_CLASSES, self.client_views, self.client_classes, settings
+        )
         return clients
