@@ -62,3 +62,84 @@ def test_a_phase_naming_a_missing_optimizer_is_refused_before_training():
 def test_several_optimizers_are_trained_one_by_one_not_in_stacks():
     module = built(PretrainsItsHead(hidden_dims=[4]), make_client("a", 24, 0))
     assert stacking_refusal(module) == "it has 2 optimizers (a stack steps one)"
+
+
+class TwoOptimizersOnePass(FedAvg):
+    """Head and body on two optimizers that both step after each backward pass; a pre-training phase reports apart."""
+
+    def configure_optimizers(self):
+        head = [p for name, p in self.named_parameters() if name.startswith("head.")]
+        body = [p for name, p in self.named_parameters() if not name.startswith("head.")]
+        return [torch.optim.SGD(head, lr=0.1), torch.optim.SGD(body, lr=0.05)]
+
+    def preparation_phases(self):
+        return [LocalPhase("warm", ("head.*",), epochs=1, optimizer=0, loss_key="train/warm_loss")]
+
+    def local_phases(self):
+        return [LocalPhase("local", optimizer=(0, 1))]
+
+
+def test_a_phase_steps_every_optimizer_it_names_after_one_backward_pass():
+    client = make_client("a", 24, 0)
+    batches = list(client.train_dataloader())
+    engine = built(TwoOptimizersOnePass(hidden_dims=[4]), client)
+    by_hand = copy.deepcopy(engine)
+    phases = engine.preparation_phases() + engine.local_phases()
+    metrics, _ = run_local_training(Fabric(accelerator="cpu", devices=1), engine, batches, phases, 2, None)
+
+    head_sgd, body_sgd = by_hand.configure_optimizers()
+    warm = []
+    for name, param in by_hand.named_parameters():
+        param.requires_grad_(name.startswith("head."))
+    for x, y in batches:
+        loss = torch.nn.functional.cross_entropy(by_hand(x), y)
+        loss.backward()
+        head_sgd.step()
+        head_sgd.zero_grad(set_to_none=True)
+        warm.append(loss.item())
+    for param in by_hand.parameters():
+        param.requires_grad_(True)
+    local = []
+    for _ in range(2):
+        for x, y in batches:
+            loss = torch.nn.functional.cross_entropy(by_hand(x), y)
+            loss.backward()
+            for optimizer in (head_sgd, body_sgd):
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+            local.append(loss.item())
+    torch.testing.assert_close(engine.state_dict(), by_hand.state_dict())
+    assert metrics["loss"] == pytest.approx(sum(local) / len(local))  # the preparation loss is reported apart
+    assert metrics["train/warm_loss"] == pytest.approx(sum(warm) / len(warm))
+    assert metrics["steps"] == 3 * len(batches)
+
+
+def test_a_phase_with_a_batch_size_draws_its_own_batches_from_the_clients_data():
+    client = make_client("a", 30, 0)
+    module = built(FedAvg(hidden_dims=[4]), client)
+    seen = []
+    module.training_step = lambda batch, batch_idx: (seen.append(len(batch[1])), module.sample_losses(batch).mean())[1]
+    phase = LocalPhase("small", epochs=1, batch_size=7)
+    run_local_training(Fabric(accelerator="cpu", devices=1), module, client.train_dataloader(), [phase], 1, None)
+    n = len(client.train_dataset)
+    assert seen == [7] * (n // 7) + ([n % 7] if n % 7 else [])
+    listed = list(client.train_dataloader())  # no dataset to draw from
+    with pytest.raises(TypeError, match="local phase 'small' sets batch_size, but the client's loader"):
+        run_local_training(Fabric(accelerator="cpu", devices=1), module, listed, [phase], 1, None)
+
+
+def test_the_engine_hands_batches_and_phases_over_and_takes_them_back():
+    client = make_client("a", 24, 0)
+    module = built(FedAvg(hidden_dims=[4]), client)
+    handed = []
+    module.on_train_start = lambda: handed.append((module.local_training, list(module.train_batches())))
+    loader = client.train_dataloader()
+    run_local_training(Fabric(accelerator="cpu", devices=1), module, loader, [LocalPhase()], 1, None)
+    ((training, batches),) = handed
+    assert training.batches is loader
+    assert [p.name for p in training.phases] == ["local"]
+    assert len(batches) == len(list(loader))
+    assert module.local_training is None  # taken back when local training ends
+    with pytest.warns(DeprecationWarning, match="local_train_loader is deprecated"):
+        module.local_train_loader = loader  # the old hand-off still works, with a warning
+    assert module.train_batches() is loader

@@ -4,7 +4,8 @@ This package imports nothing else of fedhet (only torch), so every other package
 ``modules``, ``datamodules`` and ``callbacks`` meet here instead of importing each other.
 
 * :class:`ClientSpec` — what a module may know about a client before training (``spec``).
-* :class:`LocalPhase`, :class:`FederatedModuleProtocol` — the module contract the engine drives (``protocols``).
+* :class:`LocalPhase`, :class:`LocalTraining`, :class:`FederatedModuleProtocol` — the module contract the engine
+  drives (``protocols``).
 * :class:`ClientUpdate`, :class:`ClientState`, :class:`ServerState`, :class:`ClientFailure`, :class:`RoundUploads`
   — what travels between clients and server and what each keeps (``state``).
 * :class:`Federation`, :class:`FederationHooks` — the typed hooks and what a callback may read of the trainer
@@ -15,7 +16,7 @@ This package imports nothing else of fedhet (only torch), so every other package
 """
 
 from fedhet.core.hooks import Federation, FederationHooks
-from fedhet.core.protocols import EngineModule, FederatedModuleProtocol, LocalPhase
+from fedhet.core.protocols import EngineModule, FederatedModuleProtocol, LocalPhase, LocalTraining
 from fedhet.core.seeding import derive_seed, seeded
 from fedhet.core.spec import ClientSpec
 from fedhet.core.state import (
@@ -39,6 +40,7 @@ __all__ = [
     "FederationHooks",
     "FederatedModuleProtocol",
     "LocalPhase",
+    "LocalTraining",
     "RoundUploads",
     "ServerState",
     "derive_seed",

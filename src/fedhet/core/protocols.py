@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 import torch
@@ -22,9 +22,15 @@ class LocalPhase:
         epochs: epochs of local data in this phase; ``None`` takes the trainer's ``local_epochs``.
         steps: optimizer steps in this phase instead of epochs; ``None`` takes the trainer's ``local_steps``.
         optimizer: which optimizer of the module's ``configure_optimizers()`` steps in this phase (an index into the
-            list it returns; ``0`` when it returns one). A phase with an optimizer of its own runs through the
-            engine like any other (Fabric precision, step counts, seeds), e.g. a pre-training phase that trains an
+            list it returns; ``0`` when it returns one), or a tuple of indices that all step after each backward pass
+            (e.g. FLIC's model and its local copy of the anchors). A phase with an optimizer of its own runs through
+            the engine like any other (Fabric precision, step counts, seeds), e.g. a pre-training phase that trains an
             embedding with its own Adam before the round's main phase (FLIC's pre-training).
+        batch_size: if set, the phase draws shuffled batches of this size from the client's training set instead of
+            the client's own batches (e.g. FLIC's ``pretrain_batch_size``).
+        loss_key: where the phase's mean loss goes in the client's training metrics: ``"loss"`` (the round's
+            ``train/loss_*``), or a name of its own for a phase with another objective (FLIC's pre-training reports
+            ``"train/pretrain_loss"``, logged per round as ``train/pretrain_loss_mean``). Its steps count either way.
 
     """
 
@@ -32,7 +38,36 @@ class LocalPhase:
     trainable: tuple[str, ...] = ("*",)
     epochs: int | None = None
     steps: int | None = None
-    optimizer: int = 0
+    optimizer: int | tuple[int, ...] = 0
+    batch_size: int | None = None
+    loss_key: str = "loss"
+
+    @property
+    def optimizers(self) -> tuple[int, ...]:
+        """The indices of the optimizers this phase steps."""
+        return (self.optimizer,) if isinstance(self.optimizer, int) else tuple(self.optimizer)
+
+
+@dataclass
+class LocalTraining:
+    """What the engine hands a module for one client's local training (``set_local_training``).
+
+    Args:
+        batches: the client's training batches, the ones the phases iterate; a method's statistics passes over its
+            local data read them (``FederatedModule.train_batches()``).
+        phases: the phases the engine runs, in order (empty when the caller runs none itself): a module whose
+            preparation work (e.g. FLIC's pre-training) is among them leaves it to the engine.
+        logs: where the module's ``self.log`` keeps its values; the engine averages each name over the client's steps.
+
+    """
+
+    batches: Iterable[Any]
+    phases: Sequence[LocalPhase] = ()
+    logs: dict[str, list[Tensor]] = field(default_factory=dict)
+
+    def runs(self, phase_name: str) -> bool:
+        """Whether the engine runs a phase named ``phase_name`` in this local training."""
+        return any(phase.name == phase_name for phase in self.phases)
 
 
 @runtime_checkable
@@ -62,6 +97,12 @@ class FederatedModuleProtocol(Protocol):
     def local_phases(self) -> list[LocalPhase]:
         """The local schedule of one round."""
 
+    def preparation_phases(self) -> list[LocalPhase]:
+        """Phases run before :meth:`local_phases` at this participation (e.g. FLIC's pre-training); empty for none."""
+
+    def set_local_training(self, training: LocalTraining | None) -> None:
+        """Take what the engine hands over for a client's local training (``None`` when it ends)."""
+
     def adaptation_phases(self) -> list[LocalPhase]:
         """Local training run on a throw-away copy before evaluation (e.g. FedAvg-FT); empty for none."""
 
@@ -83,10 +124,6 @@ class EngineModule(FederatedModuleProtocol, Protocol):
     """
 
     training: bool
-    local_train_loader: Iterable[Any] | None
-    """The client's training batches during local training (``None`` outside it), for statistics passes."""
-    local_logs: dict[str, list[Tensor]] | None
-    """During local training, a dict where the module's ``self.log`` keeps values (``None`` outside it)."""
 
     def configure_model(self) -> None:
         """Create the layers (after :meth:`setup_client`)."""

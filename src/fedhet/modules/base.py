@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from contextvars import ContextVar
 from fnmatch import fnmatchcase
@@ -14,7 +15,7 @@ from lightning.pytorch import LightningModule
 from torch import Tensor
 from torchmetrics import MetricCollection
 
-from fedhet.core import ClientSpec, LocalPhase
+from fedhet.core import ClientSpec, LocalPhase, LocalTraining
 from fedhet.plugins.aggregators import Aggregator, WeightedMean
 from fedhet.plugins.export import CLIENT_SPEC_KEY
 
@@ -29,6 +30,12 @@ def _client_spec_in(checkpoint_path: Any) -> ClientSpec | None:
     checkpoint = torch.load(checkpoint_path, map_location="cpu", weights_only=True)
     fields = checkpoint.get(CLIENT_SPEC_KEY) if isinstance(checkpoint, dict) else None
     return ClientSpec.from_dict(fields) if fields is not None else None
+
+
+_LOADER_DEPRECATION = (
+    "FederatedModule.local_train_loader is deprecated: the engine hands a client's batches over with"
+    " set_local_training(LocalTraining(batches, ...)); read them with train_batches()"
+)
 
 
 class FederatedModule(LightningModule):
@@ -71,8 +78,8 @@ class FederatedModule(LightningModule):
         super().__init__()
         self.client_spec: ClientSpec | None = _LOADING_SPEC.get()
         self._trainable_patterns: tuple[str, ...] = ("*",)  # what set_local_phase last applied: all trainable
-        self.local_train_loader: Iterable | None = None
-        self.local_logs: dict[str, list[Tensor]] | None = None
+        self.local_training: LocalTraining | None = None
+        """What the engine handed over for the local training under way (:meth:`set_local_training`), else ``None``."""
 
     @classmethod
     def load_from_checkpoint(cls, checkpoint_path: Any, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
@@ -138,14 +145,33 @@ class FederatedModule(LightningModule):
         """How the server combines the shared parameters: a sample-weighted mean by default."""
         return WeightedMean()
 
+    def set_local_training(self, training: LocalTraining | None) -> None:
+        """Take what the engine hands over for a client's local training (its batches, phases, logs); ``None`` ends it.
+
+        A test or a script that drives the module's hooks itself may hand over batches the same way:
+        ``module.set_local_training(LocalTraining(loader))``.
+        """
+        self.local_training = training
+
+    @property
+    def local_train_loader(self) -> Iterable | None:
+        """Deprecated: the batches of :attr:`local_training`; read :meth:`train_batches` instead."""
+        warnings.warn(_LOADER_DEPRECATION, DeprecationWarning, stacklevel=2)
+        return None if self.local_training is None else self.local_training.batches
+
+    @local_train_loader.setter
+    def local_train_loader(self, loader: Iterable | None) -> None:
+        warnings.warn(_LOADER_DEPRECATION, DeprecationWarning, stacklevel=2)
+        self.set_local_training(None if loader is None else LocalTraining(loader))
+
     def train_batches(self) -> Iterable:
         """The client's training batches: given by the federation engine for local training, else the Trainer's.
 
         Methods that take statistics over the local data (e.g. FedPAC's head statistics before training) read them
         here, under the engine and under a plain ``lightning.Trainer`` alike.
         """
-        if self.local_train_loader is not None:
-            return self.local_train_loader
+        if self.local_training is not None:
+            return self.local_training.batches
         if self._trainer is not None:
             return self.trainer.train_dataloader
         raise RuntimeError(f"{type(self).__name__} has no training batches outside local training")
@@ -154,6 +180,14 @@ class FederatedModule(LightningModule):
     def local_phases(self) -> list[LocalPhase]:
         """One round's local schedule: by default every parameter trains for the trainer's local epochs."""
         return [LocalPhase()]
+
+    def preparation_phases(self) -> list[LocalPhase]:
+        """Phases the engine runs before :meth:`local_phases` at this participation (none by default).
+
+        For work on another objective that a client does at some participations only, e.g. FLIC's pre-training of
+        its embedding at the first one; such a phase usually names an optimizer and a ``loss_key`` of its own.
+        """
+        return []
 
     def adaptation_phases(self) -> list[LocalPhase]:
         """Local training on a throw-away copy before each evaluation (none by default)."""
@@ -217,13 +251,13 @@ class FederatedModule(LightningModule):
     def log(self, name: str, value: Any, *args: Any, **kwargs: Any) -> None:
         """Log through Lightning under a Trainer; under the federation engine, into the round's metrics.
 
-        During the engine's local training (:attr:`local_logs` is a dict) each value is kept; the engine averages a
+        During the engine's local training (:attr:`local_training` is set) each value is kept; the engine averages a
         name's values over the client's steps into the client's training metrics, and the round logs their mean over
         the clients as ``<name>_mean`` (e.g. ``train/align_mean``). The stacked path runs no ``training_step`` and so
         logs nothing of the module's.
         """
         if self._trainer is not None:
             super().log(name, value, *args, **kwargs)
-        elif self.local_logs is not None:
+        elif self.local_training is not None:
             tensor = value.detach() if isinstance(value, Tensor) else torch.as_tensor(float(value))
-            self.local_logs.setdefault(name, []).append(tensor)
+            self.local_training.logs.setdefault(name, []).append(tensor)

@@ -19,17 +19,21 @@ import torch
 import torch.nn.functional as F
 from lightning.pytorch import Callback
 from torch import Tensor, nn
+from torch.func import functional_call
 
 from fedhet.core import ClientSpec, LocalPhase
 from fedhet.core.statistics import ANCHOR_COUNTS, ANCHOR_FACTORS, ANCHOR_MEANS, GLOBAL_FACTORS, GLOBAL_MEANS
-from fedhet.datamodules.tensor_dataset import TensorBatchLoader, TensorPairDataset
 from fedhet.functional.gaussian import bures_sq, class_moments, gaussian_w2_sq, psd_sqrt
 from fedhet.modules.classifier import FederatedClassifier
 from fedhet.modules.flic_nets import Activation, cnn_embedding, mlp_embedding
+from fedhet.plugins.local_loop import phase_loader
 
 #: names of the statistics FLIC uploads (its copy of the anchors after local training) and receives
 PERSONAL = ("body.embed.*", "head.*")
 REPRESENTATION = ("body.hidden.*",)
+EMBEDDING = ("body.embed.*",)
+ALIGNMENT_PHASES = ("pretrain", "realign")
+"""The preparation phases: pre-training of the embedding at the first participation, re-alignment at later ones."""
 
 
 def lower_triangular(factors: Tensor) -> Tensor:
@@ -68,6 +72,12 @@ class FLIC(FederatedClassifier):
     :math:`2\eta\lambda_1 = 2 \cdot 10^{-6}` of its distance to the class mean per round, so nothing is learned
     through the anchors (measured: 2e-6 per round against 3e-3 to 5e-3 with the code's rule on the linear-mapping toy;
     :attr:`anchor_move` reports it).
+
+    Under the federation engine these steps are engine phases (Fabric precision, step counts, seeds): pre-training and
+    re-alignment are :meth:`preparation_phases` stepping their own Adam (optimizer 1), their alignment loss reported
+    as ``train/pretrain_loss``; the anchor copy is optimizer 2, which every local phase steps with the model's
+    optimizer after one backward pass. Under a plain ``lightning.Trainer`` (whose automatic optimisation steps one
+    optimizer) the module runs both in its own hooks, with the same maths.
 
     Uploads: the shared parameters (``body.hidden.*`` for FLIC-HL, nothing for FLIC-Class) and the statistics
     ``flic/anchor_means`` :math:`(C, k)` (``flic/anchor_factors`` :math:`(C, k, k)` with learned covariances,
@@ -122,6 +132,8 @@ class FLIC(FederatedClassifier):
         weight_decay: weight decay on the weight matrices of :math:`\alpha` and :math:`\beta_i` (the code's 1e-3).
 
     """
+
+    reuse_optimizers = False  # configure_optimizers() copies the anchors each client received (optimizer 2)
 
     def __init__(
         self,
@@ -236,7 +248,9 @@ class FLIC(FederatedClassifier):
         self._upload: dict[str, Tensor] = {}
         self._local_means: Tensor | None = None
         self._local_factors: Tensor | None = None
-        self._anchor_optimizer: torch.optim.Optimizer | None = None
+        self._anchor_optimizer: torch.optim.Optimizer | None = None  # only when the module steps its anchors itself
+        self._alignment_epochs = 0
+        self._alignment_losses: list[Tensor] = []
 
     @property
     def uses_anchors(self) -> bool:
@@ -343,32 +357,96 @@ class FLIC(FederatedClassifier):
         self.final_round = round_idx == rounds - 1
 
     def local_phases(self) -> list[LocalPhase]:
-        r"""The personal phase (:math:`\phi_i, \beta_i`), then FLIC-HL's representation phase (:math:`\alpha`)."""
+        r"""The personal phase (:math:`\phi_i, \beta_i`), then FLIC-HL's representation phase (:math:`\alpha`).
+
+        Each steps the model's optimizer and, with ``anchor_update="code"``, the anchor copy's (optimizer 2).
+        """
+        optimizer = (0, 2) if self.code_anchor_update else 0
         if self.final_round and self.final_local_epochs:
-            return [LocalPhase("local", PERSONAL, epochs=self.final_local_epochs)]
-        phases = [LocalPhase("local", PERSONAL)]
+            return [LocalPhase("local", PERSONAL, epochs=self.final_local_epochs, optimizer=optimizer)]
+        phases = [LocalPhase("local", PERSONAL, optimizer=optimizer)]
         late = self.round_idx is None or self.round_idx >= self.rep_start_round
         if self.variant == "hl" and self.rep_epochs and late:
-            phases.append(LocalPhase("representation", REPRESENTATION, epochs=self.rep_epochs))
+            phases.append(LocalPhase("representation", REPRESENTATION, epochs=self.rep_epochs, optimizer=optimizer))
         return phases
 
+    def preparation_phases(self) -> list[LocalPhase]:
+        r"""Pre-training of :math:`\phi_i` at the first participation, re-alignment at later ones (``realign_epochs``).
+
+        The phase trains ``body.embed`` alone on :meth:`alignment_loss` with its own Adam (optimizer 1,
+        ``pretrain_lr``), for its epochs, on batches of ``pretrain_batch_size`` when set.
+        """
+        pretrained = bool(self.pretrained)
+        epochs = self.realign_epochs if pretrained else self.pretrain_epochs
+        if not epochs:
+            return []
+        name = ALIGNMENT_PHASES[int(pretrained)]
+        batch_size = self.pretrain_batch_size
+        return [LocalPhase(name, EMBEDDING, epochs, optimizer=1, batch_size=batch_size, loss_key="train/pretrain_loss")]
+
     def set_local_phase(self, phase: LocalPhase | None) -> None:
-        """Remember the phase (the representation phase skips the alignment term), then freeze as the base does."""
-        self._phase = None if phase is None else phase.name
+        """Remember the phase (the representation phase skips the alignment term), then freeze as the base does.
+
+        Leaving a pre-training or re-alignment phase records its :attr:`pretrain_history`; entering pre-training marks
+        the embedding as pre-trained.
+        """
+        name = None if phase is None else phase.name
+        if self._phase in ALIGNMENT_PHASES and name != self._phase:
+            losses = torch.stack(self._alignment_losses).double() if self._alignment_losses else torch.zeros(0)
+            epochs = losses.tensor_split(self._alignment_epochs)
+            self.pretrain_history = [float(epoch.mean()) if len(epoch) else 0.0 for epoch in epochs]
+        if phase is not None and name in ALIGNMENT_PHASES and name != self._phase:
+            self._alignment_epochs, self._alignment_losses = phase.epochs or 1, []
+            if name == "pretrain":
+                self.pretrained.fill_(True)
+        self._phase = name
         super().set_local_phase(phase)
 
-    def configure_optimizers(self) -> torch.optim.Optimizer:
-        r"""Adam at ``lr``; ``weight_decay`` on the weight matrices of :math:`\alpha` and :math:`\beta_i` only."""
+    def configure_optimizers(self) -> Any:
+        r"""Adam at ``lr``; ``weight_decay`` on the weight matrices of :math:`\alpha` and :math:`\beta_i` only.
+
+        Under the engine (a :class:`~fedhet.core.LocalTraining` handed over) also the Adam of the preparation phases
+        (optimizer 1, over :math:`\phi_i`) and, with ``anchor_update="code"``, the Adam of a fresh local copy of the
+        received anchors (optimizer 2); a plain Trainer gets the first alone.
+        """
         decayed = [p for name, p in self.named_parameters() if not name.startswith("body.embed.") and p.ndim > 1]
         ids = {id(p) for p in decayed}
         rest = [p for p in self.parameters() if id(p) not in ids]
         groups = [{"params": rest, "weight_decay": 0.0}, {"params": decayed, "weight_decay": self.head_weight_decay}]
-        return torch.optim.Adam(groups, lr=self.lr)
+        model = torch.optim.Adam(groups, lr=self.lr)
+        if self.local_training is None:
+            return model
+        optimizers = [model, torch.optim.Adam(self.body.embed.parameters(), lr=self.pretrain_lr)]
+        if self.code_anchor_update:
+            optimizers.append(self._anchor_copy_optimizer())
+        return optimizers
+
+    @property
+    def code_anchor_update(self) -> bool:
+        """Whether the client updates a local copy of the anchors during local training (``anchor_update="code"``)."""
+        return self.uses_anchors and self.anchor_update == "code"
+
+    def _anchor_copy_optimizer(self) -> torch.optim.Optimizer:
+        """A fresh local copy of the received anchors (means, and factors when learned) and Adam at ``anchor_lr``."""
+        self._local_means = self.anchor_means.detach().clone().requires_grad_(True)
+        factors = self.anchor_factors_or_none()
+        self._local_factors = None if factors is None else factors.detach().clone().requires_grad_(True)
+        local = [self._local_means] + ([] if self._local_factors is None else [self._local_factors])
+        return torch.optim.Adam(local, lr=self.anchor_lr)
 
     def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
-        r"""Cross-entropy, plus :math:`\lambda_1 W_2^2` (not in the representation phase) and :math:`\lambda_2` CE."""
+        r"""Cross-entropy, plus :math:`\lambda_1 W_2^2` (not in the representation phase) and :math:`\lambda_2` CE.
+
+        In a preparation phase the loss is :meth:`alignment_loss` alone. When the engine steps the anchor copy, its
+        objective (:meth:`anchor_objective`) joins the backward pass as ``a - a.detach()``: its gradient reaches the
+        copy only, and the loss's value (the one reported) stays the model's.
+        """
         x, y = batch
         z = self.body.embed(x)
+        if self._phase in ALIGNMENT_PHASES:
+            align = self.alignment_loss(z, y)
+            self._alignment_losses.append(align.detach())
+            return align
         loss = F.cross_entropy(self.classify(z), y)
         if self.lambda_align and self._phase != "representation":
             align = self.alignment_loss(z, y)
@@ -376,8 +454,11 @@ class FLIC(FederatedClassifier):
             loss = loss + self.lambda_align * align
         if self.lambda_anchor:
             loss = loss + self.lambda_anchor * self.anchor_classification_loss(y)
-        if self._anchor_optimizer is not None:
+        if self._anchor_optimizer is not None:  # no engine: the module steps its copy itself
             self._code_anchor_step(z.detach(), y)
+        elif self._local_means is not None:  # the engine steps the copy (optimizer 2) after this backward pass
+            anchor = self.anchor_objective(z.detach(), y, self._local_means, self._local_factors)
+            loss = loss + (anchor - anchor.detach())
         self.log("train/loss", loss, prog_bar=True)
         return loss
 
@@ -408,33 +489,42 @@ class FLIC(FederatedClassifier):
         self.pretrain_history = history
         return history
 
-    def _pretrain_loader(self) -> Iterable:
-        loader = self.train_batches()
-        dataset = getattr(loader, "dataset", None)
-        if self.pretrain_batch_size is None or dataset is None:
-            return loader
-        if isinstance(dataset, TensorPairDataset):
-            return TensorBatchLoader(dataset, self.pretrain_batch_size, shuffle=True)
-        return torch.utils.data.DataLoader(dataset, batch_size=self.pretrain_batch_size, shuffle=True)
-
     def on_train_start(self) -> None:
-        r"""Pre-train :math:`\phi_i` at the first participation (or re-align later), then prepare the anchor update."""
+        r"""Prepare the participation's anchor update; without the engine, also pre-train :math:`\phi_i` here.
+
+        When whoever drives the training runs no preparation phase (a plain Trainer, or a caller of the hooks), the
+        module pre-trains at the first participation (or re-aligns later) itself with :meth:`pretrain_embedding`, and
+        steps its anchor copy itself.
+        """
         self._upload = {}
-        if not self.pretrained and self.pretrain_epochs:
-            self.pretrain_embedding(self._pretrain_loader(), self.pretrain_epochs)
-            self.pretrained.fill_(True)
-        elif self.pretrained and self.realign_epochs:
-            self.pretrain_embedding(self._pretrain_loader(), self.realign_epochs)
-        if self.uses_anchors and self.anchor_update == "code":
-            self._local_means = self.anchor_means.detach().clone().requires_grad_(True)
-            factors = self.anchor_factors_or_none()
-            self._local_factors = None if factors is None else factors.detach().clone().requires_grad_(True)
-            local = [self._local_means] + ([] if self._local_factors is None else [self._local_factors])
-            self._anchor_optimizer = torch.optim.Adam(local, lr=self.anchor_lr)
+        for phase in self.preparation_phases():
+            if self.local_training is None or not self.local_training.runs(phase.name):
+                self.pretrain_embedding(phase_loader(self.train_batches(), phase), phase.epochs or 1)
+                self.pretrained.fill_(True)
+        if self.code_anchor_update and self._local_means is None:
+            self._anchor_optimizer = self._anchor_copy_optimizer()
 
     # ---------------------------------------------------------------- anchor update and uploads
+    def anchor_objective(self, z: Tensor, y: Tensor, means: Tensor, factors: Tensor | None) -> Tensor:
+        r"""The reference code's anchor loss: CE of the classifier on the C means plus :math:`W_2^2` to the batch.
+
+        The classifier's weights are held fixed (detached), so the loss's gradient reaches the anchors only.
+
+        Args:
+            z: the batch's embeddings ``(B, k)`` (detached).
+            y: its labels ``(B,)``.
+            means: the local anchor means ``(C, k)``.
+            factors: the local anchor factors ``(C, k, k)``, or ``None`` for fixed covariances.
+
+        """
+        hidden = {name: p.detach() for name, p in self.body.hidden.named_parameters()}
+        head = {name: p.detach() for name, p in self.head.named_parameters()}
+        logits = functional_call(self.head, head, (functional_call(self.body.hidden, hidden, (means,)),))
+        targets = torch.arange(len(means), device=means.device)
+        return F.cross_entropy(logits, targets) + self.alignment_loss(z, y, means, factors)
+
     def _code_anchor_step(self, z: Tensor, y: Tensor) -> None:
-        """The reference code's per-batch anchor step: CE of the classifier on the C means plus W2 to the batch.
+        """The reference code's per-batch anchor step (:meth:`anchor_objective`), taken by the module itself.
 
         With learned covariances the local factors take the same Adam step on the :math:`W_2^2` term.
         """
@@ -443,9 +533,7 @@ class FLIC(FederatedClassifier):
         assert self._anchor_optimizer is not None
         local = [means] if factors is None else [means, factors]
         with torch.enable_grad():
-            targets = torch.arange(len(means), device=means.device)
-            loss = F.cross_entropy(self.classify(means), targets) + self.alignment_loss(z, y, means, factors)
-            grads = torch.autograd.grad(loss, local)
+            grads = torch.autograd.grad(self.anchor_objective(z, y, means, factors), local)
         for tensor, grad in zip(local, grads, strict=True):
             tensor.grad = grad
         self._anchor_optimizer.step()

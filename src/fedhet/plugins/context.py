@@ -253,7 +253,7 @@ class ClientContext:
         return ClientJob(client_id, round_idx, slot, bytes_down, started)
 
     def train(self, job: ClientJob) -> LocalResult:
-        """Train the job's module on its client's data through its local phases, with its own ``training_step``."""
+        """Train the job's module on its client's data through its preparation and local phases (``training_step``)."""
         module = job.slot.module
         keep_optimizer = module.keep_optimizer_state
         previous = self.store[job.client_id].optimizer if keep_optimizer else None
@@ -262,12 +262,12 @@ class ClientContext:
                 self.fabric,
                 module,
                 self._data[job.client_id].train_dataloader(),
-                module.local_phases(),
+                module.preparation_phases() + module.local_phases(),
                 self.local_epochs,
                 self.local_steps,
                 previous,
                 keep_optimizer,
-                job.slot.optimizers(),
+                job.slot.optimizers,
             )
         optimizer = move_data_to_device(optimizer, "cpu") if optimizer is not None else None
         return LocalResult(job.slot.tensors(), metrics, to_cpu(module.client_statistics()), optimizer)
@@ -339,7 +339,7 @@ class ClientContext:
                     adaptation,
                     self.local_epochs,
                     self.local_steps,
-                    optimizers=slot.optimizers(),
+                    optimizers=slot.optimizers,
                 )
             slot.refresh()
         values = evaluate_client(self.fabric, module, loader, stage)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import nullcontext
 from typing import Any, cast
 
@@ -10,8 +10,10 @@ import torch
 from lightning.fabric import Fabric
 from lightning.fabric.plugins import Precision
 from torch.optim import Optimizer
+from torch.utils.data import DataLoader
 
-from fedhet.core import EngineModule, LocalPhase
+from fedhet.core import EngineModule, LocalPhase, LocalTraining
+from fedhet.datamodules.tensor_dataset import TensorBatchLoader, TensorPairDataset
 
 
 def local_optimizers(module: EngineModule) -> list[Optimizer]:
@@ -55,6 +57,26 @@ def phase_batches(loader: Iterable, phase: LocalPhase, local_epochs: int, local_
     return _batches(loader, epochs, steps)
 
 
+def phase_loader(loader: Iterable, phase: LocalPhase) -> Iterable[Any]:
+    """The loader a phase iterates: the client's, or shuffled batches of ``phase.batch_size`` from its training set.
+
+    Raises:
+        TypeError: naming the phase, when it sets ``batch_size`` but the client's loader has no ``dataset``.
+
+    """
+    if phase.batch_size is None:
+        return loader
+    dataset = getattr(loader, "dataset", None)
+    if dataset is None:
+        raise TypeError(
+            f"local phase '{phase.name}' sets batch_size, but the client's loader ({type(loader).__name__}) has no"
+            " dataset to draw its batches from"
+        )
+    if isinstance(dataset, TensorPairDataset):
+        return TensorBatchLoader(dataset, phase.batch_size, shuffle=True)
+    return DataLoader(dataset, batch_size=phase.batch_size, shuffle=True)
+
+
 def _batches(loader: Iterable, epochs: int, steps: int | None) -> Iterable[Any]:
     """Batches over ``epochs`` passes of ``loader``, or exactly ``steps`` batches cycling it when ``steps`` is set."""
     if steps is None and epochs == 1:
@@ -88,13 +110,15 @@ def run_local_training(
     local_steps: int | None,
     optimizer_state: dict[str, Any] | list[dict[str, Any]] | None = None,
     keep_optimizer_state: bool = False,
-    optimizers: list[Optimizer] | None = None,
+    optimizers: Callable[[], list[Optimizer]] | None = None,
 ) -> tuple[dict[str, float], dict[str, Any] | list[dict[str, Any]] | None]:
     """Train ``module`` on one client's ``loader`` through its phases, with its own ``training_step``.
 
-    The optimizers of ``configure_optimizers()`` are built once; each phase steps the one it names
-    (:attr:`~fedhet.core.LocalPhase.optimizer`, the first by default) and freezes the parameters it does not train, so
-    they get no gradient and the optimizer leaves them alone (FedRep's head-then-body schedule).
+    The module first gets a :class:`~fedhet.core.LocalTraining` (the batches, the phases, a place for its logs) through
+    ``set_local_training``; then the optimizers of ``configure_optimizers()`` are built once; each phase steps the
+    ones it names (:attr:`~fedhet.core.LocalPhase.optimizer`, the first by default) after each backward pass and
+    freezes the parameters it does not train, so they get no gradient and the optimizer leaves them alone (FedRep's
+    head-then-body schedule).
 
     Args:
         fabric: the run's Fabric (device, precision, backward).
@@ -106,61 +130,66 @@ def run_local_training(
         optimizer_state: optimizer state from the client's previous round, for methods that keep it (a list of states
             when the module has several optimizers).
         keep_optimizer_state: return the optimizers' state for the next round.
-        optimizers: the optimizers to step, as new (e.g. :meth:`ModuleSlot.optimizers
-            <fedhet.plugins.slots.ModuleSlot.optimizers>`); ``None`` builds them with ``configure_optimizers()``.
+        optimizers: gives the optimizers to step, as new (e.g. :meth:`ModuleSlot.optimizers
+            <fedhet.plugins.slots.ModuleSlot.optimizers>`), called once the module holds its ``LocalTraining``;
+            ``None`` builds them with ``configure_optimizers()``.
 
     Returns:
-        ``({"loss": mean training loss, "steps": optimizer steps, **the mean of each name the module logged},
-        optimizer state dict or None)``.
+        ``({"loss": mean training loss, "steps": batches trained on, **the mean loss of each phase with a loss_key of
+        its own, **the mean of each name the module logged}, optimizer state dict or None)``.
 
     """
-    if optimizers is None:
-        optimizers = local_optimizers(module)
+    training = LocalTraining(loader, tuple(phases))
+    module.set_local_training(training)  # before configure_optimizers: a module may build what its phases step
+    built = optimizers() if optimizers is not None else local_optimizers(module)
     for phase in phases:
-        if not 0 <= phase.optimizer < len(optimizers):
+        if not phase.optimizers or not all(0 <= index < len(built) for index in phase.optimizers):
             raise ValueError(
                 f"{type(module).__name__}: local phase '{phase.name}' names optimizer {phase.optimizer}, but"
-                f" configure_optimizers() gives {len(optimizers)}"
+                f" configure_optimizers() gives {len(built)}"
             )
     if optimizer_state is not None:
         states = optimizer_state if isinstance(optimizer_state, list) else [optimizer_state]
-        for optimizer, state in zip(optimizers, states, strict=True):
+        for optimizer, state in zip(built, states, strict=True):
             optimizer.load_state_dict(state)
     # full precision needs none of Fabric's loss scaling or autocast: skip their per-step dispatch
     plain = type(fabric.strategy.precision) is Precision
-    wrapped = fabric.setup_optimizers(*optimizers) if not plain else optimizers
+    wrapped = fabric.setup_optimizers(*built) if not plain else built
     step_optimizers = cast(list[Optimizer], list(wrapped) if isinstance(wrapped, (list, tuple)) else [wrapped])
     autocast = nullcontext if plain else fabric.autocast
     backward = torch.Tensor.backward if plain else fabric.backward
     if not module.training:
         module.train()
     move = fabric.device.type != "cpu"  # in-memory CPU batches need no per-step device dispatch on a CPU run
-    losses: list[torch.Tensor] = []
-    module.local_train_loader = loader  # the module's statistics passes see the same batches (train_batches())
-    module.local_logs = {}  # what the module's self.log records, averaged into the client's metrics below
-    module.on_train_start()
-    for phase in phases:
-        module.set_local_phase(phase)
-        step_optimizer = step_optimizers[phase.optimizer]
-        for batch_idx, batch in enumerate(phase_batches(loader, phase, local_epochs, local_steps)):
-            if move:
-                batch = fabric.to_device(batch)
-            with autocast():
-                output = module.training_step(batch, batch_idx)
-            loss = output if isinstance(output, torch.Tensor) else output["loss"]
-            backward(loss)
-            step_optimizer.step()
-            step_optimizer.zero_grad(set_to_none=True)
-            losses.append(loss.detach())
-    module.set_local_phase(None)
-    module.on_train_end()
-    module.local_train_loader = None
-    logged, module.local_logs = module.local_logs, None
-    metrics = {name: _mean(values, move) for name, values in (logged or {}).items() if values}
-    metrics.update({"loss": _mean(losses, move) if losses else 0.0, "steps": float(len(losses))})
+    losses: dict[str, list[torch.Tensor]] = {"loss": []}
+    try:
+        module.on_train_start()
+        for phase in phases:
+            module.set_local_phase(phase)
+            stepped = [step_optimizers[index] for index in phase.optimizers]
+            phase_losses = losses.setdefault(phase.loss_key, [])
+            batches = phase_batches(phase_loader(loader, phase), phase, local_epochs, local_steps)
+            for batch_idx, batch in enumerate(batches):
+                if move:
+                    batch = fabric.to_device(batch)
+                with autocast():
+                    output = module.training_step(batch, batch_idx)
+                loss = output if isinstance(output, torch.Tensor) else output["loss"]
+                backward(loss)
+                for optimizer in stepped:
+                    optimizer.step()
+                    optimizer.zero_grad(set_to_none=True)
+                phase_losses.append(loss.detach())
+        module.set_local_phase(None)
+        module.on_train_end()
+    finally:
+        module.set_local_training(None)
+    metrics = {name: _mean(values, move) for name, values in training.logs.items() if values}
+    metrics.update({key: _mean(values, move) if values else 0.0 for key, values in losses.items()})
+    metrics["steps"] = float(sum(len(values) for values in losses.values()))
     if not keep_optimizer_state:
         return metrics, None
-    states = [optimizer.state_dict() for optimizer in optimizers]
+    states = [optimizer.state_dict() for optimizer in built]
     return metrics, states[0] if len(states) == 1 else states
 
 
