@@ -40,7 +40,7 @@ from torch.nn.modules.batchnorm import _NormBase
 from torch.nn.modules.dropout import _DropoutNd
 from torch.optim import SGD, Adagrad, Adam, Adamax, AdamW, NAdam, Optimizer, RAdam, RMSprop
 
-from fedhet.core import EngineModule, LocalPhase, RoundUploads, to_cpu
+from fedhet.core import EngineModule, LocalPhase, LocalTraining, RoundUploads, to_cpu
 from fedhet.core.seeding import seeded
 from fedhet.functional.stacking import stack_padded, stack_states, unstack_states
 from fedhet.plugins.context import ClientContext, ClientJob, LocalResult
@@ -322,11 +322,11 @@ def _client_attributes(module: EngineModule) -> tuple[str, ...] | None:
 
 def _start(module: EngineModule, loader: Iterable[Any], names: tuple[str, ...]) -> dict[str, Any]:
     """Run the module's ``on_train_start`` for the client it holds, over its ``loader``; the attributes it set."""
-    module.local_train_loader = loader
+    module.set_local_training(LocalTraining(loader))
     try:
         module.on_train_start()
     finally:
-        module.local_train_loader = None
+        module.set_local_training(None)
     return {name: getattr(module, name) for name in names}
 
 
@@ -343,11 +343,11 @@ def _end(context: ClientContext, client: _Ready, attributes: Mapping[str, Any], 
     job.slot.load(result.tensors, {})
     for name, value in attributes.items():
         setattr(module, name, value)
-    module.local_train_loader = client.loader
+    module.set_local_training(LocalTraining(client.loader))
     try:
         with seeded(context.fit_seed(job.client_id, job.round_idx), [context.fabric.device]):
             module.on_train_end()
         statistics = to_cpu(module.client_statistics())
     finally:
-        module.local_train_loader = None
+        module.set_local_training(None)
     return LocalResult(job.slot.tensors(), result.metrics, statistics, in_module=True)
