@@ -78,6 +78,10 @@ class FederatedModuleProtocol(Protocol):
     """
 
     keep_optimizer_state: bool
+    """Keep each client's optimizer state between its rounds."""
+    reuse_optimizers: bool
+    """``configure_optimizers()`` depends on hyperparameters and parameters only, so the engine may build the
+    optimizers once per module and reset them for each client."""
 
     def setup_client(self, spec: ClientSpec) -> None:
         """Remember the client's description; ``configure_model`` then builds its layers."""

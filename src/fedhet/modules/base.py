@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Callable, Hashable, Iterable, Mapping
+from collections.abc import Hashable, Iterable, Mapping
 from contextvars import ContextVar
 from fnmatch import fnmatchcase
 from pathlib import Path
@@ -59,19 +59,16 @@ class FederatedModule(LightningModule):
     or the round), so the engine may build the optimizers once per module and reset them for each client (state
     cleared, group settings restored) instead of building new ones: the same steps, less Python per client."""
 
-    sample_losses: Callable[[Any], Tensor] | None = None
-    """``None``, or a method giving the per-sample training losses of a batch of ``B`` samples, shape ``(B,)``, whose
-    mean is the loss of ``training_step``. A module that has it can train many clients at once
-    (``FederatedTrainer(stack_clients=...)``, see :mod:`fedhet.plugins.stacked` for what else that needs); rows of
-    zeros (the padding of short batches) must give finite losses."""
-
     stack_client_attributes: tuple[str, ...] | None = None
-    """``None``, or the names of the attributes that ``on_train_start`` sets for the client it starts and that
-    ``sample_losses``, ``on_train_end`` or ``client_statistics`` read (e.g. FedPAC's own centroids; possibly none, e.g.
-    HyFEM). A tuple (the class that defines ``sample_losses`` also defining these hooks) lets the module train in
-    stacks with its hooks: the stacked path runs ``on_train_start`` for each client before its state is taken and its
-    batches drawn, keeps these attributes per client (its tensors among them replace the module's for that client
-    under ``torch.func.vmap``), and after the stack has trained loads each client back, restores them and runs
+    """For a module that defines ``sample_losses`` (the :class:`~fedhet.core.StackableModule` capability: the
+    per-sample training losses of a batch, whose mean is ``training_step``'s loss; such a module can train many clients
+    at once with ``FederatedTrainer(stack_clients=...)``, see :mod:`fedhet.plugins.stacked`): ``None``, or the names
+    of the attributes that ``on_train_start`` sets for the client it starts and that ``sample_losses``,
+    ``on_train_end`` or ``client_statistics`` read (e.g. FedPAC's own centroids; possibly none, e.g. HyFEM). A tuple
+    (the class that defines ``sample_losses`` also defining these hooks) lets the module train in stacks with its
+    hooks: the stacked path runs ``on_train_start`` for each client before its state is taken and its batches drawn,
+    keeps these attributes per client (its tensors among them replace the module's for that client under
+    ``torch.func.vmap``), and after the stack has trained loads each client back, restores them and runs
     ``on_train_end`` and ``client_statistics``."""
 
     def __init__(self) -> None:

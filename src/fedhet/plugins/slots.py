@@ -71,7 +71,7 @@ class ModuleSlot:
         moments and step counts) and each parameter group's settings (``lr``, ``momentum``...) restored to those it
         was built with, which is what a new optimizer over the same parameters holds. Without it, a new set each call.
         """
-        if not getattr(self.module, "reuse_optimizers", False):
+        if not self.module.reuse_optimizers:
             return local_optimizers(self.module)
         if self._optimizers is None:
             self._optimizers = local_optimizers(self.module)

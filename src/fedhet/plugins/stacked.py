@@ -40,7 +40,7 @@ from torch.nn.modules.batchnorm import _NormBase
 from torch.nn.modules.dropout import _DropoutNd
 from torch.optim import SGD, Adagrad, Adam, Adamax, AdamW, NAdam, Optimizer, RAdam, RMSprop
 
-from fedhet.core import EngineModule, LocalPhase, LocalTraining, RoundUploads, to_cpu
+from fedhet.core import EngineModule, LocalPhase, LocalTraining, PenalisedModule, RoundUploads, StackableModule, to_cpu
 from fedhet.core.seeding import seeded
 from fedhet.functional.stacking import stack_padded, stack_states, unstack_states
 from fedhet.plugins.context import ClientContext, ClientJob, LocalResult
@@ -67,15 +67,18 @@ def stacking_refusal(module: EngineModule) -> str | None:
     or normalises with batch statistics (dropout, BatchNorm: per-client results could not match), and its
     ``configure_optimizers()`` gives one of :data:`ELEMENTWISE_OPTIMIZERS`.
     """
-    mro = type(module).__mro__
-    owner = next((cls for cls in mro if cls.__dict__.get("sample_losses") is not None), None)
-    if owner is None:
+    if not isinstance(module, StackableModule):
         return "it has no sample_losses method (the per-sample losses of a batch)"
+    mro = type(module).__mro__
+    owner = next(cls for cls in mro if "sample_losses" in cls.__dict__)
     hooks_run = _client_attributes(module) is not None
     for cls in mro[: mro.index(owner)]:
         hooks = [hook for hook in _LOSS_HOOKS[: 1 if hooks_run else None] if hook in cls.__dict__]
         if hooks:
             return f"{cls.__name__} overrides {', '.join(hooks)}, which the stacked path does not call"
+    preparing = next((cls for cls in mro[: mro.index(owner) + 1] if "preparation_phases" in cls.__dict__), None)
+    if preparing is not None:
+        return f"{preparing.__name__} defines preparation_phases, which the stacked path does not run"
     if module.keep_optimizer_state:
         return "it keeps optimizer state between rounds (keep_optimizer_state)"
     for name, layer in module.named_modules():
@@ -210,7 +213,9 @@ def train_stack(
         named.update({f"module.{name}": torch.stack([client[name] for client in inputs]) for name in inputs[0]})
     parameters = dict(module.named_parameters())
     extra: tuple[dict[str, Tensor], ...] = ()
-    if getattr(module, "has_local_penalty", False):  # e.g. FedProx: each client's anchor is its state before training
+    if (
+        isinstance(module, PenalisedModule) and module.has_local_penalty
+    ):  # e.g. FedProx: each client's anchor is its state before training
         received = {name: leaves[name].detach().clone() for name in parameters}
         extra = ({name: leaves[name] for name in parameters}, received)
     client_losses = vmap(partial(_penalised_client_loss if extra else _client_loss, _SampleLosses(module)))
@@ -316,7 +321,7 @@ class StackedRunner(LocalRunner):
 
 def _client_attributes(module: EngineModule) -> tuple[str, ...] | None:
     """The module's ``stack_client_attributes``: ``None`` when its local hooks are not run in stacks."""
-    names = getattr(module, "stack_client_attributes", None)
+    names = module.stack_client_attributes if isinstance(module, StackableModule) else None
     return tuple(names) if names is not None else None
 
 

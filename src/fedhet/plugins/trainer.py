@@ -111,7 +111,7 @@ class FederatedTrainer:
             ``torch.func`` (:mod:`fedhet.plugins.stacked`): much less Python time per client for small models, the
             same results as one by one up to floating-point summation order. A stack holds clients of one architecture
             that take the same number of steps; each fires ``on_client_fit_start`` before its stack trains and
-            ``on_client_fit_end`` after. Needs a module with ``sample_losses`` (Local, FedAvg, FedPer, FedRep,
+            ``on_client_fit_end`` after. Needs a :class:`~fedhet.core.StackableModule` (Local, FedAvg, FedPer, FedRep,
             FedBABU, FedProx, FedPAC...), an element-wise optimizer, full precision and no
             ``client_time_budget_s``; ``fit`` refuses other runs with an error naming the reason. ``None``: one client
             at a time.
