@@ -39,7 +39,6 @@ from _common import RESULTS_DIR, environment, quiet_trainer, write_table
 from fedhet.datamodules import VowelFederation
 from fedhet.modules import FedAvg, FedBABU, FedPAC, FedPer, FedRep, LocalOnly
 
-KEYS = ("test/acc_mean", "test/acc_worst")
 
 
 def methods(args: argparse.Namespace) -> dict[str, Callable[[], Any]]:
@@ -51,14 +50,14 @@ def methods(args: argparse.Namespace) -> dict[str, Callable[[], Any]]:
         "momentum": 0.5,
         "weight_decay": 5e-4,
     }
-    return {
+    return {  # FedPAC right after Local, so a cut-off run has the main comparison first
         "Local": lambda: LocalOnly(**common),
+        "FedPAC": lambda: FedPAC(head_epochs=1, head_lr=args.lr, **common),
         "FedAvg": lambda: FedAvg(**common),
         "FedAvg-FT": lambda: FedAvg(finetune_epochs=args.finetune_epochs, **common),
-        "FedPer": lambda: FedPer(**common),
         "FedRep": lambda: FedRep(head_epochs=1, **common),
+        "FedPer": lambda: FedPer(**common),
         "FedBABU": lambda: FedBABU(finetune_epochs=args.finetune_epochs, **common),
-        "FedPAC": lambda: FedPAC(head_epochs=1, head_lr=args.lr, **common),
     }
 
 
@@ -113,8 +112,8 @@ def fmt(values: list[float]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=3)
-    parser.add_argument("--rounds", type=int, default=30)
-    parser.add_argument("--local-epochs", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--local-epochs", type=int, default=2)
     parser.add_argument("--finetune-epochs", type=int, default=5)
     parser.add_argument("--hidden", type=int, nargs="+", default=[64])
     parser.add_argument("--lr", type=float, default=0.05)
