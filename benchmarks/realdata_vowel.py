@@ -40,7 +40,6 @@ from fedhet.datamodules import VowelFederation
 from fedhet.modules import FedAvg, FedBABU, FedPAC, FedPer, FedRep, LocalOnly
 
 
-
 def methods(args: argparse.Namespace) -> dict[str, Callable[[], Any]]:
     """Every compared method, on the same MLP body, optimiser and learning rate."""
     common: dict[str, Any] = {
