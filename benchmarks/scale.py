@@ -153,7 +153,7 @@ class _RssProbe:
 
     @staticmethod
     def _state_mb(store) -> float:
-        in_memory = [store._memory[cid] for cid in list(store._memory)]
+        in_memory = list(store.in_memory().values())
         tensors = [t for state in in_memory for t in state.personal.values()]
         return sum(t.numel() * t.element_size() for t in tensors) / 2**20
 

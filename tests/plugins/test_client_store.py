@@ -259,3 +259,15 @@ def test_the_spill_folder_goes_at_the_end_of_the_run_unless_kept(tmp_path, keep)
     assert len(list(folder.glob("*.pt"))) == (3 if keep else 0)
     assert (folder / "notes.txt").read_text() == "not the store's"  # a file the store did not write stays
     assert Path(f"{folder}.lock").exists() == keep
+
+
+def test_in_memory_lists_the_held_states_without_touching_their_order(tmp_path):
+    store = ClientStore(2 * 32, tmp_path)
+    store["a"], store["b"] = _state(1), _state(2)
+    store["a"]  # "a" is now the most recent
+    store["c"] = _state(3)  # "b" spills
+    held = store.in_memory()
+    assert list(held) == ["a", "c"]
+    assert torch.equal(held["c"].personal["w"], torch.full((8,), 3.0))
+    store["b"]  # read back: "a" is now the least recent and spills
+    assert list(store.in_memory()) == ["c", "b"]

@@ -215,7 +215,7 @@ def resample_images(
         raise ValueError(f"`size` must be a positive int or a pair (H, W) of them, got {size!r}")
     images = torch.as_tensor(x).to(torch.float32)
     flat_input = image_shape is not None
-    if flat_input:
+    if image_shape is not None:
         shape = tuple(image_shape)
         shape = (1, *shape) if len(shape) == 2 else shape
         if len(shape) != 3 or images.ndim != 2 or images.shape[1] != math.prod(shape):

@@ -13,7 +13,7 @@ each block.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import torch
 from scipy.optimize import linear_sum_assignment
@@ -108,7 +108,7 @@ class _Totals:
 
     def add(self, client: Classifier, cols: Tensor, perm: Tensor, weight: float, sign: int = 1) -> None:
         """Add (``sign=1``) or take back (``sign=-1``) one client's entries, scattered to where they are matched."""
-        targets = ((perm[:, None], cols[None, :]), perm, (slice(None), perm), ...)  # where w1, b1, w2, b2 land
+        targets: tuple[Any, ...] = ((perm[:, None], cols[None, :]), perm, (slice(None), perm), ...)  # w1, b1, w2, b2
         for k, index in enumerate(targets):
             self.sums[k][index] += sign * weight * client[k].double()
             self.mass[k][index] += sign * weight

@@ -691,7 +691,7 @@ def _check_assignment(
             or any(isinstance(c, bool) or not isinstance(c, (int, np.integer)) for c in classes)
         ):
             raise ValueError(f"`assignment` gives client '{client}' classes {classes!r}; need distinct integers")
-        table[str(client)] = (set(client_blocks), {int(c) for c in classes})
+        table[str(client)] = (set(client_blocks), {int(c) for c in classes if isinstance(c, (int, np.integer))})
     return table
 
 

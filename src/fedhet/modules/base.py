@@ -79,7 +79,7 @@ class FederatedModule(LightningModule):
         """What the engine handed over for the local training under way (:meth:`set_local_training`), else ``None``."""
 
     @classmethod
-    def load_from_checkpoint(cls, checkpoint_path: Any, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+    def load_from_checkpoint(cls, checkpoint_path: Any, *args: Any, **kwargs: Any) -> Any:
         """Lightning's ``load_from_checkpoint``, for a client exported by ``FederatedTrainer.export_client``.
 
         The checkpoint holds the client's description, which the module needs to build its layers before Lightning
@@ -103,7 +103,7 @@ class FederatedModule(LightningModule):
     def setup(self, stage: str) -> None:
         """Under a plain Trainer: take the client's description from its ``ClientDataModule``."""
         if self.client_spec is None:
-            spec = getattr(self.trainer.datamodule, "spec", None)
+            spec = getattr(getattr(self.trainer, "datamodule", None), "spec", None)
             if not isinstance(spec, ClientSpec):
                 raise ValueError(
                     f"{type(self).__name__} needs a client description: fit it with a fedhet ClientDataModule or call"
@@ -169,7 +169,7 @@ class FederatedModule(LightningModule):
         """
         if self.local_training is not None:
             return self.local_training.batches
-        if self._trainer is not None:
+        if self._trainer is not None and self.trainer.train_dataloader is not None:
             return self.trainer.train_dataloader
         raise RuntimeError(f"{type(self).__name__} has no training batches outside local training")
 

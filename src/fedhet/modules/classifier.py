@@ -89,9 +89,11 @@ class FederatedClassifier(FederatedModule):
 
     def configure_metrics(self, stage: str) -> MetricCollection:
         """Accuracy over every evaluated sample and mean cross-entropy."""
-        local = {"sync_on_compute": False}
         return MetricCollection(
-            {"acc": MulticlassAccuracy(self.spec.num_classes, average="micro", **local), "loss": MeanMetric(**local)}
+            {
+                "acc": MulticlassAccuracy(self.spec.num_classes, average="micro", sync_on_compute=False),
+                "loss": MeanMetric(sync_on_compute=False),
+            }
         )
 
     def forward(self, x: Tensor) -> Tensor:

@@ -62,7 +62,7 @@ class FedHeNN(FLIC):
 
     def kernel(self) -> Tensor:
         r""":math:`K_i = A_i A_i^\top`, shape ``(rad_size, rad_size)``, of the current embedding of the RAD."""
-        representations = self.body.embed(self.rad_inputs)
+        representations = self.embedding(self.rad_inputs)
         return representations @ representations.T
 
     def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:

@@ -134,6 +134,9 @@ class FLIC(FederatedClassifier):
     """
 
     reuse_optimizers = False  # configure_optimizers() copies the anchors each client received (optimizer 2)
+    anchor_means: Tensor  # buffers made by configure_model
+    anchor_factors: Tensor
+    pretrained: Tensor
 
     def __init__(
         self,
@@ -184,7 +187,7 @@ class FLIC(FederatedClassifier):
         for name, (value, allowed) in choices.items():
             if value not in allowed:
                 raise ValueError(f"{type(self).__name__}: field '{name}' must be one of {allowed}, got {value!r}")
-        for name, value in {
+        non_negative: dict[str, float] = {
             "lambda_align": lambda_align,
             "lambda_anchor": lambda_anchor,
             "pretrain_epochs": pretrain_epochs,
@@ -192,10 +195,11 @@ class FLIC(FederatedClassifier):
             "rep_epochs": rep_epochs,
             "rep_start_round": rep_start_round,
             "weight_decay": weight_decay,
-        }.items():
-            if value < 0:
-                raise ValueError(f"{type(self).__name__}: field '{name}' must be >= 0, got {value}")
-        for name, value in {
+        }
+        for field, amount in non_negative.items():
+            if amount < 0:
+                raise ValueError(f"{type(self).__name__}: field '{field}' must be >= 0, got {amount}")
+        positive: dict[str, float | None] = {
             "latent_dim": latent_dim,
             "hidden_width": hidden_width,
             "anchor_variance": anchor_variance,
@@ -204,9 +208,10 @@ class FLIC(FederatedClassifier):
             "anchor_samples": anchor_samples,
             "pretrain_batch_size": pretrain_batch_size,
             "final_local_epochs": final_local_epochs,
-        }.items():
-            if value is not None and value <= 0:
-                raise ValueError(f"{type(self).__name__}: field '{name}' must be positive, got {value}")
+        }
+        for field, size in positive.items():
+            if size is not None and size <= 0:
+                raise ValueError(f"{type(self).__name__}: field '{field}' must be positive, got {size}")
         self.variant = variant
         self.shared = REPRESENTATION if variant == "hl" else ()
         self.latent_dim = latent_dim
@@ -296,13 +301,23 @@ class FLIC(FederatedClassifier):
             self.register_buffer("anchor_factors", factors.clone(), persistent=False)
         self.register_buffer("pretrained", torch.zeros((), dtype=torch.bool))
 
+    @property
+    def embedding(self) -> nn.Module:
+        r""":math:`\phi_i`, the client's personal embedding (``body.embed``)."""
+        return self.body.get_submodule("embed")
+
+    @property
+    def hidden(self) -> nn.Module:
+        r""":math:`\alpha`, FLIC-HL's shared layer (``body.hidden``; an identity for FLIC-Class)."""
+        return self.body.get_submodule("hidden")
+
     def anchor_factors_or_none(self) -> Tensor | None:
         """:math:`L_c`, shape ``(C, k, k)``, or ``None`` for fixed covariances."""
         return self.anchor_factors if self.learn_covariance else None
 
     def classify(self, z: Tensor) -> Tensor:
         r"""Class logits ``(B, C)`` of latent vectors ``(B, k)``: :math:`\beta_i(\alpha(z))`."""
-        return self.head(self.body.hidden(z))
+        return self.head(self.hidden(z))
 
     # ---------------------------------------------------------------- the loss terms
     def sample_anchors(self, labels: Tensor, means: Tensor, factors: Tensor | None) -> Tensor:
@@ -416,7 +431,10 @@ class FLIC(FederatedClassifier):
         model = torch.optim.Adam(groups, lr=self.lr)
         if self.local_training is None:
             return model
-        optimizers = [model, torch.optim.Adam(self.body.embed.parameters(), lr=self.pretrain_lr)]
+        optimizers: list[torch.optim.Optimizer] = [
+            model,
+            torch.optim.Adam(self.embedding.parameters(), lr=self.pretrain_lr),
+        ]
         if self.code_anchor_update:
             optimizers.append(self._anchor_copy_optimizer())
         return optimizers
@@ -442,7 +460,7 @@ class FLIC(FederatedClassifier):
         copy only, and the loss's value (the one reported) stays the model's.
         """
         x, y = batch
-        z = self.body.embed(x)
+        z = self.embedding(x)
         if self._phase in ALIGNMENT_PHASES:
             align = self.alignment_loss(z, y)
             self._alignment_losses.append(align.detach())
@@ -471,7 +489,7 @@ class FLIC(FederatedClassifier):
 
         """
         self.set_local_phase(None)
-        params = list(self.body.embed.parameters())
+        params = list(self.embedding.parameters())
         optimizer = torch.optim.Adam(params, lr=self.pretrain_lr)
         history = []
         with torch.enable_grad():
@@ -479,7 +497,7 @@ class FLIC(FederatedClassifier):
                 total, count = 0.0, 0
                 for x, y in loader:
                     x, y = x.to(self.device), y.to(self.device)
-                    loss = self.alignment_loss(self.body.embed(x), y)
+                    loss = self.alignment_loss(self.embedding(x), y)
                     optimizer.zero_grad(set_to_none=True)
                     loss.backward()
                     optimizer.step()
@@ -517,9 +535,9 @@ class FLIC(FederatedClassifier):
             factors: the local anchor factors ``(C, k, k)``, or ``None`` for fixed covariances.
 
         """
-        hidden = {name: p.detach() for name, p in self.body.hidden.named_parameters()}
+        hidden = {name: p.detach() for name, p in self.hidden.named_parameters()}
         head = {name: p.detach() for name, p in self.head.named_parameters()}
-        logits = functional_call(self.head, head, (functional_call(self.body.hidden, hidden, (means,)),))
+        logits = functional_call(self.head, head, (functional_call(self.hidden, hidden, (means,)),))
         targets = torch.arange(len(means), device=means.device)
         return F.cross_entropy(logits, targets) + self.alignment_loss(z, y, means, factors)
 
@@ -544,7 +562,7 @@ class FLIC(FederatedClassifier):
         """Embeddings ``(N, k)`` (in eval mode) and labels ``(N,)`` of every batch of ``loader``."""
         mode = self.training
         self.eval()
-        pairs = [(self.body.embed(x.to(self.device)), y.to(self.device)) for x, y in loader]
+        pairs = [(self.embedding(x.to(self.device)), y.to(self.device)) for x, y in loader]
         self.train(mode)
         return torch.cat([z for z, _ in pairs]), torch.cat([y for _, y in pairs])
 

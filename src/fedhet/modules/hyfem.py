@@ -62,6 +62,8 @@ class HyFEM(FederatedClassifier):
     shared = ()
     stack_client_attributes = ()  # its hooks run per client in stacks (restart from the anchors, round count)
 
+    rounds_trained: Tensor  # a buffer: the rounds this client has trained
+
     def __init__(
         self,
         extractor_dims: Sequence[int] = (32,),

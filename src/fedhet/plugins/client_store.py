@@ -139,6 +139,13 @@ class ClientStore(MutableMapping[str, ClientState]):
         """Number of client states currently on disk."""
         return len(self._spilled)
 
+    def in_memory(self) -> dict[str, ClientState]:
+        """The states held in memory now (not the spilled ones), by client id, least recently used first.
+
+        A copy of the index: reading it neither reorders the states nor reads spilled ones back.
+        """
+        return dict(self._memory)
+
     def path_of(self, client_id: str) -> Path:
         """The file that holds ``client_id``'s state while it is spilled."""
         if self.spill_dir is None:
@@ -228,7 +235,7 @@ class ClientStore(MutableMapping[str, ClientState]):
 
     def _evict(self, keep: str) -> None:
         """Spill least recently used states (never ``keep``) until the rest fits; stop at the first write that fails."""
-        if self.memory_budget_bytes is None:
+        if self.memory_budget_bytes is None or self.spill_dir is None:  # __init__ pairs a budget with a folder
             return
         while self.memory_bytes > self.memory_budget_bytes and len(self._memory) > 1:
             client_id = next(iter(self._memory))
