@@ -192,18 +192,18 @@ def wasserstein_barycenter(
     if n_iter < 1:
         raise ValueError(f"wasserstein_barycenter: n_iter must be at least 1, got {n_iter}")
     labelled = atoms_y is not None
-    if len(atoms_z) != weights.shape[0] or (labelled and len(atoms_y) != len(atoms_z)):
+    if len(atoms_z) != weights.shape[0] or (atoms_y is not None and len(atoms_y) != len(atoms_z)):
         raise ValueError(
             f"wasserstein_barycenter: {len(atoms_z)} feature clouds, {weights.shape[0]} weights and"
-            f" {len(atoms_y) if labelled else 'no'} label sets; they must agree"
+            f" {len(atoms_y) if atoms_y is not None else 'no'} label sets; they must agree"
         )
-    labels = list(atoms_y) if labelled else [None] * len(atoms_z)
+    labels: list[Tensor | None] = list(atoms_y) if atoms_y is not None else [None] * len(atoms_z)
     if init is None:
         pooled_z = torch.cat(list(atoms_z))
         size = support_size or len(atoms_z[0])
         rows = torch.randperm(len(pooled_z), generator=generator)[:size].to(pooled_z.device)
-        init = (pooled_z[rows], torch.cat(labels)[rows] if labelled else None)
-    support_z, support_y = (t.detach() if t is not None else None for t in init)
+        init = (pooled_z[rows], torch.cat(list(atoms_y))[rows] if atoms_y is not None else None)
+    support_z, support_y = init[0].detach(), (init[1].detach() if init[1] is not None else None)
 
     def barycentric_map(plans: list[Tensor]) -> tuple[Tensor, Tensor | None]:
         n_b = plans[0].shape[1]

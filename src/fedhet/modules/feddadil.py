@@ -182,7 +182,7 @@ class FedDaDiL(FederatedModule):
         for name, value in (("num_atoms", num_atoms), ("atom_size", atom_size), ("batch_size", batch_size)):
             if value < 1:
                 raise ValueError(f"FedDaDiL: field '{name}' must be at least 1, got {value}")
-        for name, value, allowed in (
+        for field, choice, allowed in (
             ("labelling", labelling, ("e", "r")),
             ("optimizer", optimizer, ("adam", "sgd")),
             ("solver", solver, ("emd", "sinkhorn")),
@@ -190,8 +190,8 @@ class FedDaDiL(FederatedModule):
             ("aggregation", aggregation, ("avg", "weighted", "random")),
             ("atom_batches", atom_batches, ("contiguous", "shuffled")),
         ):
-            if value not in allowed:
-                raise ValueError(f"FedDaDiL: field '{name}' must be one of {allowed}, got {value!r}")
+            if choice not in allowed:
+                raise ValueError(f"FedDaDiL: field '{field}' must be one of {allowed}, got {choice!r}")
         if atom_epochs < 1 or barycenter_iters < 1:
             raise ValueError("FedDaDiL: fields 'atom_epochs' and 'barycenter_iters' must be at least 1")
         if lr <= 0 or (coordinate_lr is not None and coordinate_lr <= 0) or (beta is not None and beta < 0):
@@ -417,6 +417,8 @@ class FedDaDiL(FederatedModule):
             reg=self.reg,
             generator=torch.Generator().manual_seed(self.atom_seed),
         )
+        if support_y is None:  # labelled atoms always give a labelled support
+            raise RuntimeError("FedDaDiL.reconstruct: the barycenter of labelled atoms came back without labels")
         return support_z, support_y
 
     def _evaluation_step(self, batch: tuple[Tensor, Tensor], stage: str) -> None:
@@ -452,10 +454,9 @@ class FedDaDiL(FederatedModule):
     def configure_metrics(self, stage: str) -> MetricCollection:
         """The accuracies of ``stage`` (see the class docstring), never reduced across processes."""
         names = ["acc", "acc_e", "acc_r"] + (["acc_source_only"] if self.head is not None else [])
-        local = {"sync_on_compute": False}
-        metrics: dict[str, Metric] = {
-            name: MulticlassAccuracy(self.spec.num_classes, average="micro", **local) for name in names
+        metrics: dict[str, Metric | MetricCollection] = {
+            name: MulticlassAccuracy(self.spec.num_classes, average="micro", sync_on_compute=False) for name in names
         }
         if self.log_coordinates:
-            metrics.update({f"alpha_{k}": MeanMetric(**local) for k in range(self.num_atoms)})
+            metrics.update({f"alpha_{k}": MeanMetric(sync_on_compute=False) for k in range(self.num_atoms)})
         return MetricCollection(metrics)

@@ -131,6 +131,9 @@ class ClientMetric(Metric):
     higher_is_better = True
     full_state_update = False
 
+    scores: list[Tensor]  # metric states (add_state)
+    target: list[Tensor]
+
     def __init__(
         self,
         kind: Literal["auroc", "auprc", "balanced_accuracy", "accuracy"],
@@ -188,7 +191,7 @@ class BatchAlignment(FederatedCallback):
             raise ValueError(f"BatchAlignment: field 'batches_per_epoch' must be >= 1, got {batches_per_epoch}")
         self.batches_per_epoch = batches_per_epoch
 
-    def on_federation_start(self, trainer: Any, module: LightningModule) -> None:
+    def on_federation_start(self, trainer: Any, module: nn.Module) -> None:
         """Align the batch size of every client of the federation the trainer runs."""
         federation = trainer.datamodule
         for client_id in trainer.client_ids:
@@ -197,7 +200,7 @@ class BatchAlignment(FederatedCallback):
 
     def setup(self, trainer: LightningTrainer, pl_module: LightningModule, stage: str) -> None:
         """Under a plain Trainer: align the client datamodule's batch size."""
-        client = trainer.datamodule
+        client: Any = getattr(trainer, "datamodule", None)  # a ClientDataModule (its spec and batch size) or else
         spec = getattr(client, "spec", None)
         if isinstance(spec, ClientSpec) and hasattr(client, "batch_size"):
             client.batch_size = aligned_batch_size(spec.client_id, spec.num_train, self.batches_per_epoch)
@@ -274,6 +277,8 @@ class GlobalLayers(FederatedModule):
 
     keep_optimizer_state = True
     reuse_optimizers = True  # one AdamW over the parameters: reset and reloaded with each client's kept state
+
+    label_index: Tensor  # a buffer: federation label -> head class (-1: none)
 
     def __init__(
         self,
