@@ -5,7 +5,18 @@ import torch
 
 from fedhet.callbacks import FederatedCallback
 from fedhet.datamodules import ClientDataModule, FederatedDataModule, HybridFederation
-from fedhet.modules import FedAvg, FedBABU, FedPAC, FedPer, FedProx, FedRep, HybridLocal, HyFEM, LocalOnly
+from fedhet.modules import (
+    FedAvg,
+    FedBABU,
+    FedPAC,
+    FedPer,
+    FedProx,
+    FedRep,
+    GlobalLayers,
+    HybridLocal,
+    HyFEM,
+    LocalOnly,
+)
 from fedhet.plugins import FederatedTrainer, UniformSampler
 from fedhet.plugins import stacked as stacked_plugin
 from fedhet.plugins.stacked import ELEMENTWISE_OPTIMIZERS, stacked_optimizer
@@ -38,15 +49,15 @@ def fit(tmp_path, model, data=None, **kwargs):
     return trainer
 
 
-def assert_same_federation(sequential, stacked):
+def assert_same_federation(sequential, stacked, rtol=1e-5, atol=1e-7):
     """Every shared and personal tensor and every round's mean training loss agree to 1e-5 relative."""
-    close = {"rtol": 1e-5, "atol": 1e-7}
+    close = {"rtol": rtol, "atol": atol}
     torch.testing.assert_close(stacked.server_state.shared, sequential.server_state.shared, **close)
     assert set(stacked.store) == set(sequential.store)
     for cid in sequential.store:
         torch.testing.assert_close(stacked.store[cid].personal, sequential.store[cid].personal, **close)
     for mine, theirs in zip(stacked.history, sequential.history, strict=True):
-        assert mine["train/loss_mean"] == pytest.approx(theirs["train/loss_mean"], rel=1e-5)
+        assert mine["train/loss_mean"] == pytest.approx(theirs["train/loss_mean"], rel=rtol)
         assert mine["clients/participants"] == theirs["clients/participants"]
         assert mine["clients/failed"] == theirs["clients/failed"]
         assert mine["comm/bytes_down"] == theirs["comm/bytes_down"]
@@ -200,6 +211,63 @@ class KeepsOptimizerState(FedAvg):
     keep_optimizer_state = True
 
 
+GL_TINY = {"embed_dim": 4, "num_heads": 2, "num_blocks": 1, "width": 8}
+
+
+def assert_same_optimizer_states(sequential, stacked, rtol=1e-5, atol=1e-7):
+    for cid in sequential.store:
+        mine, theirs = stacked.store[cid].optimizer, sequential.store[cid].optimizer
+        if theirs is None:  # a client never sampled keeps no state
+            assert mine is None
+            continue
+        assert mine["param_groups"] == theirs["param_groups"]
+        assert mine["state"].keys() == theirs["state"].keys()
+        assert mine["state"]  # state was kept
+        torch.testing.assert_close(mine["state"], theirs["state"], rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize("optimizer", [SGD, ADAM], ids=["sgd-momentum", "adam"])
+def test_kept_optimizer_state_is_stacked_and_unstacked(tmp_path, monkeypatch, optimizer):
+    """Each client's momenta / Adam moments and step counts carry over rounds in stacks as one by one."""
+    sequential = fit(tmp_path / "seq", KeepsOptimizerState(hidden_dims=[8], **optimizer))
+    spy = StackSpy(monkeypatch)
+    stacked = fit(tmp_path / "stack", KeepsOptimizerState(hidden_dims=[8], **optimizer), stack_clients=3)
+    assert_same_federation(sequential, stacked)
+    assert_same_optimizer_states(sequential, stacked)
+    assert spy.sizes == [3, 3, 2] * ROUNDS
+
+
+def test_clients_with_different_step_counts_do_not_share_a_stack(tmp_path, monkeypatch):
+    """Sampled clients have trained different numbers of rounds: Adam's step counts differ, so do their stacks."""
+    sizes = {f"c{i:02d}": 24 for i in range(8)}  # one step count per round for everyone: only the history differs
+    kwargs = {"sampler": UniformSampler(fraction=0.5), "rounds": 4}
+    model = lambda: KeepsOptimizerState(hidden_dims=[8], **ADAM)  # noqa: E731
+    sequential = fit(tmp_path / "seq", model(), federation(sizes), **kwargs)
+    spy = StackSpy(monkeypatch)
+    stacked = fit(tmp_path / "stack", model(), federation(sizes), stack_clients=8, **kwargs)
+    assert_same_federation(sequential, stacked)
+    assert_same_optimizer_states(sequential, stacked)
+    assert len(spy.sizes) > 4  # some round held clients of different histories in separate stacks
+
+
+@pytest.mark.parametrize("batches_per_epoch", [None, 3], ids=["loader-batches", "batch-aligned"])
+def test_stacked_global_layers_equals_sequential(tmp_path, monkeypatch, batches_per_epoch):
+    """Global Layers: frozen batch norms (inference mode), attention under vmap, each client's AdamW state kept."""
+
+    def make():
+        return GlobalLayers(lr=1e-2, batches_per_epoch=batches_per_epoch, aggregate_every="epoch", **GL_TINY)
+
+    sequential = fit(tmp_path / "seq", make())
+    spy = StackSpy(monkeypatch)
+    stacked = fit(tmp_path / "stack", make(), stack_clients=8)
+    # AdamW divides by the root of tiny second moments: summation-order differences of 1e-7 grow to ~1e-6 here (a
+    # wrong batch or state moves a parameter by about the learning rate, 1e-2)
+    assert_same_federation(sequential, stacked, rtol=1e-4, atol=1e-5)
+    assert_same_optimizer_states(sequential, stacked, rtol=1e-4, atol=1e-5)
+    assert sum(spy.sizes) == len(SIZES) * ROUNDS
+    assert max(spy.sizes) > 1
+
+
 class OwnStep(FedAvg):
     """Overrides the local hooks that the stacked path does not call."""
 
@@ -226,7 +294,10 @@ REFUSED = {
     "own-step": (OwnStep, "OwnStep overrides training_step, on_train_start, which"),
     "fedpac-subclass": (lambda: OwnFedPAC(hidden_dims=[8]), "OwnFedPAC overrides training_step"),
     "dropout": (DropoutFedAvg, r"its layer 'body.3' \(Dropout\) draws random numbers"),
-    "optimizer-state": (KeepsOptimizerState, "it keeps optimizer state"),
+    "batch-norm-in-training-mode": (
+        lambda: GlobalLayers(bn_mode="train", **GL_TINY),
+        r"its layer 'embedding.norm' \(BatchNorm1d\) normalises with batch statistics",
+    ),
     "lbfgs": (Lbfgs, "its optimizer LBFGS is not one of the element-wise optimizers"),
 }
 

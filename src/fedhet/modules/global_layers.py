@@ -423,6 +423,16 @@ class GlobalLayers(FederatedModule):
         self.log("train/loss", loss, prog_bar=True)
         return loss
 
+    def sample_losses(self, batch: tuple[Tensor, Tensor]) -> Tensor:
+        """Each sample's loss, shape ``(B,)``; their mean is :meth:`training_step`'s loss.
+
+        (A training label is always one of the client's classes, so no sample is ignored.) It lets clients of one
+        architecture train in stacks (``stack_clients``); their batch norms are in inference mode with
+        ``bn_mode="frozen_stats"``, and each client's AdamW state is stacked with theirs.
+        """
+        x, y = batch
+        return self.loss(self(x), self.head_targets(y), reduction="none")
+
     def _evaluation_step(self, batch: tuple[Tensor, Tensor], stage: str) -> None:
         x, y = batch
         logits, target = self(x), self.head_targets(y)

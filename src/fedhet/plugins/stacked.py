@@ -21,7 +21,9 @@ the trained one after, uploaded as ``client_statistics()``; HyFEM: a restart fro
 whole model uploaded) sets ``stack_client_attributes`` to the names of the attributes those hooks set (possibly
 none): each client's ``on_train_start`` then runs before its state is taken and its batches are drawn (as in the
 sequential path), those attributes are kept per client (tensors among them go to ``sample_losses`` under ``vmap``),
-and each trained client is loaded back for its ``on_train_end`` and ``client_statistics()``.
+and each trained client is loaded back for its ``on_train_end`` and ``client_statistics()``. A module that keeps its
+optimizer state between rounds (Global Layers' AdamW) has its clients' states stacked into the stack's optimizer and
+split back after; clients join one stack only if their states agree on the scalars (step counts).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from typing import Any
 import torch
 from lightning.fabric import Fabric
 from lightning.fabric.plugins import Precision
+from lightning.fabric.utilities.apply_func import move_data_to_device
 from torch import Tensor, nn
 from torch.func import functional_call, vmap
 from torch.nn.modules.batchnorm import _NormBase
@@ -63,8 +66,9 @@ def stacking_refusal(module: EngineModule) -> str | None:
     for each client), ``on_train_start``, ``on_train_end``, ``client_statistics`` or ``receive_statistics`` (their
     work would be lost; a term that ``training_step`` adds to the mean loss belongs in ``local_penalty``, which the
     stacked path adds for each client, e.g. FedProx's proximal term); it uploads no statistics unless it sets
-    ``stack_client_attributes``, keeps no optimizer state between rounds, holds no layer that draws random numbers
-    or normalises with batch statistics (dropout, BatchNorm: per-client results could not match), and its
+    ``stack_client_attributes``, holds no layer that draws random numbers or normalises with batch statistics in the
+    mode it trains in (dropout, BatchNorm in training mode: per-client results could not match; a BatchNorm in
+    inference mode, as Global Layers keeps them, is an affine map of each client's own buffers), and its
     ``configure_optimizers()`` gives one of :data:`ELEMENTWISE_OPTIMIZERS`.
     """
     if not isinstance(module, StackableModule):
@@ -79,19 +83,25 @@ def stacking_refusal(module: EngineModule) -> str | None:
     preparing = next((cls for cls in mro[: mro.index(owner) + 1] if "preparation_phases" in cls.__dict__), None)
     if preparing is not None:
         return f"{preparing.__name__} defines preparation_phases, which the stacked path does not run"
-    if module.keep_optimizer_state:
-        return "it keeps optimizer state between rounds (keep_optimizer_state)"
-    for name, layer in module.named_modules():
-        if isinstance(layer, _DropoutNd) and layer.p > 0 or isinstance(layer, nn.RReLU):
-            return f"its layer '{name}' ({type(layer).__name__}) draws random numbers in training"
-        if isinstance(layer, _NormBase):
-            return f"its layer '{name}' ({type(layer).__name__}) normalises with batch statistics"
+    refusal = _layer_refusal(module)
+    if refusal is not None:
+        return refusal
     if module.client_statistics() and not hooks_run:
         return "it uploads client_statistics() and sets no stack_client_attributes"
     optimizers = local_optimizers(module)
     if len(optimizers) != 1:
         return f"it has {len(optimizers)} optimizers (a stack steps one)"
     return _optimizer_refusal(optimizers[0])
+
+
+def _layer_refusal(module: EngineModule) -> str | None:
+    """Why one of ``module``'s layers, in the mode it trains in, gives per-client results a stack cannot match."""
+    for name, layer in module.named_modules():
+        if isinstance(layer, _DropoutNd) and layer.p > 0 or isinstance(layer, nn.RReLU):
+            return f"its layer '{name}' ({type(layer).__name__}) draws random numbers in training"
+        if isinstance(layer, _NormBase) and layer.training:  # in inference mode it is an affine map of its buffers
+            return f"its layer '{name}' ({type(layer).__name__}) normalises with batch statistics"
+    return None
 
 
 def _optimizer_refusal(optimizer: Optimizer) -> str | None:
@@ -184,7 +194,8 @@ def train_stack(
     batches: Sequence[Sequence[Sequence[Sequence[Tensor]]]],
     phases: Sequence[LocalPhase],
     inputs: Sequence[Mapping[str, Tensor]] = (),
-) -> tuple[list[dict[str, Tensor]], Tensor]:
+    optimizer_states: Sequence[Mapping[str, Any] | None] | None = None,
+) -> tuple[list[dict[str, Tensor]], Tensor, list[dict[str, Any]] | None]:
     """Train ``K`` clients of ``module``'s architecture at once through the local ``phases``.
 
     Each step stacks the clients' batches (zero-padded to the longest, see
@@ -201,13 +212,28 @@ def train_stack(
         phases: the local schedule.
         inputs: per client, tensors that replace the module's attributes of those names while its losses are computed
             (e.g. FedPAC's own centroids), each of one shape for every client; none by default.
+        optimizer_states: for a module that keeps its optimizer state between rounds, each client's kept state
+            (``Optimizer.state_dict()`` of the module's optimizer; ``None``: a new optimizer), stacked into the one
+            optimizer; the clients must agree on the state's scalars (e.g. Adam's step count). ``None``: none kept.
 
     Returns:
-        each client's trained state (views of the stacked tensors), and every step's losses, shape ``(steps, K)``.
+        each client's trained state (views of the stacked tensors), every step's losses, shape ``(steps, K)``, and,
+        with ``optimizer_states``, each client's optimizer state after training (as ``state_dict()`` gives it).
+
+    Raises:
+        ValueError: when a layer normalises with batch statistics in the mode the module is in (BatchNorm in
+            training mode: a stack's statistics would mix its clients).
 
     """
+    refusal = _layer_refusal(module)
+    if refusal is not None:
+        raise ValueError(f"{type(module).__name__} cannot train in a stack: {refusal}")
     leaves = stack_states(states)
-    optimizer = stacked_optimizer(configure_optimizer(module), module, leaves)
+    built = configure_optimizer(module)
+    optimizer = stacked_optimizer(built, module, leaves)
+    names = _optimizer_names(built, module)
+    if optimizer_states is not None:
+        _load_stacked_state(optimizer, [leaves[name] for name in names], optimizer_states)
     named = {f"module.{name}": leaf for name, leaf in leaves.items()}  # the names under the _SampleLosses wrapper
     if inputs:
         named.update({f"module.{name}": torch.stack([client[name] for client in inputs]) for name in inputs[0]})
@@ -235,7 +261,90 @@ def train_stack(
     finally:
         module.set_local_phase(None)
     trained = unstack_states({name: leaf.detach() for name, leaf in leaves.items()})
-    return trained, torch.stack(losses) if losses else torch.zeros(0, len(states))
+    kept = None
+    if optimizer_states is not None:
+        kept = _unstacked_states(optimizer, built, [leaves[name] for name in names], len(states))
+    return trained, torch.stack(losses) if losses else torch.zeros(0, len(states)), kept
+
+
+def _optimizer_names(optimizer: Optimizer, module: nn.Module | EngineModule) -> list[str]:
+    """The names of ``optimizer``'s parameters, in the order its ``state_dict()`` numbers them."""
+    names = {id(param): name for name, param in module.named_parameters()}
+    return [names[id(p)] for group in optimizer.param_groups for p in group["params"]]
+
+
+def _load_stacked_state(
+    optimizer: Optimizer, leaves: Sequence[Tensor], states: Sequence[Mapping[str, Any] | None]
+) -> None:
+    """Give the stacked ``optimizer`` its clients' kept states: per-element tensors stacked, scalars shared.
+
+    ``leaves[i]`` stands for the parameter numbered ``i`` in the states. A parameter with no state in any client
+    starts new; the clients must agree on which parameters have state and on the scalars (e.g. a step count).
+    """
+    if all(state is None for state in states):
+        return
+    if any(state is None for state in states):
+        raise ValueError("a stack mixes clients with kept optimizer state and clients without")
+    kept = [state for state in states if state is not None]
+    for group, saved in zip(optimizer.param_groups, kept[0]["param_groups"], strict=True):
+        group.update({key: value for key, value in saved.items() if key != "params"})  # as load_state_dict does
+    for index, leaf in enumerate(leaves):
+        per_client = [state["state"].get(index) for state in kept]
+        if all(entry is None for entry in per_client):
+            continue
+        if any(entry is None for entry in per_client):
+            raise ValueError(f"parameter {index}: some clients of the stack have optimizer state, others not")
+        entries = [entry for entry in per_client if entry is not None]
+        optimizer.state[leaf] = {key: _stacked_entry(key, [e[key] for e in entries], leaf) for key in entries[0]}
+
+
+_SCALAR_STATE = ("step", "mu_product")
+"""Optimizer state entries that are one number per parameter (step counts, NAdam's momentum product)."""
+
+
+def _per_element(key: str, value: Any, shape: torch.Size) -> bool:
+    """Whether an optimizer state entry holds one value per element of a parameter of ``shape``."""
+    return isinstance(value, Tensor) and key not in _SCALAR_STATE and value.shape == shape
+
+
+def _stacked_entry(key: str, values: Sequence[Any], leaf: Tensor) -> Any:
+    """Per-element state (a tensor of the parameter's shape) stacked on the client axis; a scalar shared."""
+    first = values[0]
+    if _per_element(key, first, leaf.shape[1:]):
+        return torch.stack([value.to(leaf.device) for value in values])
+    if any(not _equal(value, first) for value in values):
+        raise ValueError("the clients of a stack must agree on their optimizer state's scalars (e.g. step counts)")
+    return first.clone().to(leaf.device) if isinstance(first, Tensor) else first
+
+
+def _equal(a: Any, b: Any) -> bool:
+    return bool(torch.equal(a, b)) if isinstance(a, Tensor) and isinstance(b, Tensor) else a == b
+
+
+def _unstacked_states(
+    optimizer: Optimizer, built: Optimizer, leaves: Sequence[Tensor], count: int
+) -> list[dict[str, Any]]:
+    """Each client's state of ``built`` (the module's own optimizer) after the stacked ``optimizer`` trained them."""
+    params = [p for group in built.param_groups for p in group["params"]]
+    for group, stacked in zip(built.param_groups, optimizer.param_groups, strict=True):
+        group.update({key: value for key, value in stacked.items() if key != "params"})
+    states = []
+    for k in range(count):
+        built.state.clear()
+        for param, leaf in zip(params, leaves, strict=True):
+            entry = optimizer.state.get(leaf)
+            if entry:
+                built.state[param] = {key: _client_entry(key, value, leaf, k) for key, value in entry.items()}
+        states.append(built.state_dict())
+    built.state.clear()
+    return states
+
+
+def _client_entry(key: str, value: Any, leaf: Tensor, k: int) -> Any:
+    """Client ``k``'s part of one stacked optimizer state entry (a copy)."""
+    if _per_element(key, value, leaf.shape):
+        return value[k].clone()
+    return value.clone() if isinstance(value, Tensor) else value
 
 
 # --------------------------------------------------------------------------------------------- the engine's side
@@ -250,6 +359,8 @@ class _Ready:
     loader: Iterable[Any]
     attributes: dict[str, Any] | None
     """What the module's ``on_train_start`` set (``stack_client_attributes``); ``None``: its hooks are not run."""
+    optimizer: dict[str, Any] | None = None
+    """The optimizer state the client kept from its last round (modules with ``keep_optimizer_state``)."""
 
 
 class StackedRunner(LocalRunner):
@@ -284,9 +395,12 @@ class StackedRunner(LocalRunner):
         state = {name: tensor.detach().clone() for name, tensor in job.slot.tensors().items()}
         if context.fabric.device.type != "cpu":
             batches = [[context.fabric.to_device(batch) for batch in phase] for phase in batches]
-        key = (context.signatures[job.client_id], tuple(phases), tuple(map(len, batches)))
+        kept = context.store[job.client_id].optimizer if module.keep_optimizer_state else None
+        if isinstance(kept, list):
+            raise TypeError("a module that keeps the state of several optimizers cannot train in stacks")
+        key = (context.signatures[job.client_id], tuple(phases), tuple(map(len, batches)), _scalar_state(kept))
         stack = self._stacks.setdefault(key, [])
-        stack.append(_Ready(job, state, phases, batches, loader, attributes))
+        stack.append(_Ready(job, state, phases, batches, loader, attributes, kept))
         if len(stack) == self.size:
             self._train(context, self._stacks.pop(key), uploads)
 
@@ -302,21 +416,39 @@ class StackedRunner(LocalRunner):
         try:
             states, batches = [c.state for c in stack], [c.batches for c in stack]
             inputs = [{k: v for k, v in (c.attributes or {}).items() if isinstance(v, Tensor)} for c in stack]
-            trained, losses = train_stack(slot.module, states, batches, stack[0].phases, inputs if inputs[0] else ())
+            kept = [c.optimizer for c in stack] if slot.module.keep_optimizer_state else None
+            trained, losses, optimizers = train_stack(
+                slot.module, states, batches, stack[0].phases, inputs if inputs[0] else (), kept
+            )
         except Exception as err:  # e.g. a module whose sample_losses cannot run under vmap: its clients fail, named
             for client in stack:
                 context.fail(client.job.client_id, err, uploads)
             return
         steps = len(losses)
         mean_losses = losses.float().mean(0).tolist() if steps else [0.0] * len(stack)
-        for client, tensors, loss in zip(stack, trained, mean_losses, strict=True):
-            result = LocalResult(tensors, {"loss": loss, "steps": float(steps)}, in_module=False)
+        kept_after = optimizers if optimizers is not None else [None] * len(stack)
+        for client, tensors, loss, optimizer in zip(stack, trained, mean_losses, kept_after, strict=True):
+            if optimizer is not None:
+                optimizer = move_data_to_device(optimizer, "cpu")
+            result = LocalResult(tensors, {"loss": loss, "steps": float(steps)}, optimizer=optimizer, in_module=False)
             try:
                 if client.attributes is not None:
                     result = _end(context, client, client.attributes, result)
                 context.finish(client.job, result, uploads)
             except Exception as err:  # as in the sequential path, the hook's failure is its client's
                 context.fail(client.job.client_id, err, uploads)
+
+
+def _scalar_state(state: Mapping[str, Any] | None) -> tuple[Any, ...] | None:
+    """The scalars of a kept optimizer state (e.g. step counts): clients that train in one stack must share them."""
+    if state is None:
+        return None
+    return tuple(
+        (index, key, value.item() if isinstance(value, Tensor) else value)
+        for index, entry in sorted(state["state"].items())
+        for key, value in sorted(entry.items())
+        if key in _SCALAR_STATE or not isinstance(value, Tensor)
+    )
 
 
 def _client_attributes(module: EngineModule) -> tuple[str, ...] | None:
@@ -355,4 +487,4 @@ def _end(context: ClientContext, client: _Ready, attributes: Mapping[str, Any], 
         statistics = to_cpu(module.client_statistics())
     finally:
         module.set_local_training(None)
-    return LocalResult(job.slot.tensors(), result.metrics, statistics, in_module=True)
+    return LocalResult(job.slot.tensors(), result.metrics, statistics, result.optimizer, in_module=True)

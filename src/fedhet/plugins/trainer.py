@@ -112,7 +112,7 @@ class FederatedTrainer:
             same results as one by one up to floating-point summation order. A stack holds clients of one architecture
             that take the same number of steps; each fires ``on_client_fit_start`` before its stack trains and
             ``on_client_fit_end`` after. Needs a :class:`~fedhet.core.StackableModule` (Local, FedAvg, FedPer, FedRep,
-            FedBABU, FedProx, FedPAC...), an element-wise optimizer, full precision and no
+            FedBABU, FedProx, FedPAC, HyFEM, Global Layers...), an element-wise optimizer, full precision and no
             ``client_time_budget_s``; ``fit`` refuses other runs with an error naming the reason. ``None``: one client
             at a time.
         keep_client_state: leave the spilled client states on disk after the run (for inspection); the checkpoint
