@@ -32,7 +32,8 @@ Run from the repository root, e.g.::
 
     nice -n 19 python benchmarks/parity/flic.py --reference-dir ../flic --seeds 0 1
 
-Writes ``benchmarks/results/parity_flic.{md,csv}`` and ``parity_flic_runs.csv`` (one row per run).
+Writes ``benchmarks/results/parity_flic.{md,csv}`` and ``parity_flic_runs.csv`` (one row per run); ``--tag`` names
+them otherwise.
 """
 
 from __future__ import annotations
@@ -193,6 +194,7 @@ def parser() -> argparse.ArgumentParser:
     for field, value in FlicSetting.__dataclass_fields__.items():
         p.add_argument(f"--{field.replace('_', '-')}", type=type(value.default), default=value.default)
     p.add_argument("--root", type=Path, default=Path("fedhet_runs/parity"), help="fedhet's run folders")
+    p.add_argument("--tag", default=NAME, help="name of the results files and of the runs' record under --root")
     p.add_argument("--table-only", action="store_true", help="write the table from the runs recorded under --root")
     return p
 
@@ -207,13 +209,13 @@ def main() -> None:
     for seed in [] if args.table_only else args.seeds:
         for method in args.methods:
             if "fedhet" in sides:
-                record(run_fedhet(method, setting, seed, args.root), args.root, NAME)
+                record(run_fedhet(method, setting, seed, args.root), args.root, args.tag)
             for side, realign in (("authors", False), ("authors (re-align)", True)):
                 if side in sides and "FLIC authors" in references and (method != "Local" or not realign):
                     result = run_reference(references["FLIC authors"], method, setting, seed, realign)
-                    record(result, args.root, NAME)
+                    record(result, args.root, args.tag)
     title = "FLIC parity (linear-mapping toy)"
-    print(write_results(NAME, title, setting, recorded(args.root, NAME), NOTES, references))
+    print(write_results(args.tag, title, setting, recorded(args.root, args.tag), NOTES, references))
 
 
 if __name__ == "__main__":
