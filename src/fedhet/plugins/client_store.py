@@ -119,6 +119,13 @@ class ClientStore(MutableMapping[str, ClientState]):
         if memory_budget_bytes is not None:
             self._claim()
 
+    @classmethod
+    def with_budget(cls, budget_mb: float | None, spill_dir: str | Path, keep_spilled: bool = False) -> ClientStore:
+        """A store keeping at most ``budget_mb`` MiB in memory, spilling to ``spill_dir``; ``None``: all in memory."""
+        if budget_mb is None:
+            return cls()
+        return cls(int(budget_mb * 2**20), spill_dir, keep_spilled=keep_spilled)
+
     def _claim(self) -> None:
         """Lock ``spill_dir`` for this store and empty it of what a dead earlier owner left."""
         assert self.spill_dir is not None

@@ -39,6 +39,19 @@ from fedhet.plugins.policies import UploadCheck
 from fedhet.plugins.slots import ModuleSlot
 
 
+def check_federated_datamodule(datamodule: Any) -> None:
+    """Refuse, naming the missing member, a datamodule that is not a federation (``setup``, ``client_ids``...).
+
+    Raises:
+        TypeError: ``FederatedTrainer needs a FederatedDataModule; <class> has no '<member>'``.
+
+    """
+    for attr in ("setup", "client_ids", "client", "specs"):
+        if not hasattr(datamodule, attr):
+            name = type(datamodule).__name__
+            raise TypeError(f"FederatedTrainer needs a FederatedDataModule; {name} has no '{attr}'")
+
+
 @dataclass
 class ClientJob:
     """A client of a round loaded into its architecture's module and announced to ``on_client_fit_start``.

@@ -25,7 +25,7 @@ from fedhet.plugins.checkpoint import (
 )
 from fedhet.plugins.client_store import ClientStore
 from fedhet.plugins.comm import CommTotals
-from fedhet.plugins.context import ClientContext
+from fedhet.plugins.context import ClientContext, check_federated_datamodule
 from fedhet.plugins.distributed import barrier, check_multi_node_launch, gather_objects, owner_rank
 from fedhet.plugins.export import export_clients, save_lightning_checkpoint
 from fedhet.plugins.fingerprint import fingerprint_differences
@@ -384,11 +384,7 @@ class FederatedTrainer:
 
     def _prepare(self, model: LightningModule, datamodule: Any, stage: str) -> None:
         """Set up and check the clients, and initialise the server state, before any training."""
-        for attr in ("setup", "client_ids", "client", "specs"):
-            if not hasattr(datamodule, attr):
-                raise TypeError(
-                    f"FederatedTrainer needs a FederatedDataModule; {type(datamodule).__name__} has no '{attr}'"
-                )
+        check_federated_datamodule(datamodule)
         datamodule.setup(stage)
         self._datamodule = datamodule
         module = cast(EngineModule, model)  # _launch checked that it is a LightningModule implementing the contract
@@ -425,10 +421,8 @@ class FederatedTrainer:
     def _new_store(self) -> ClientStore:
         """An empty client state store, spilling to this run and process's own folder past the memory budget."""
         self._store.close()  # releases the folder of the store it replaces
-        if self.client_state_budget_mb is None:
-            return ClientStore()
-        budget = int(self.client_state_budget_mb * 2**20)
-        return ClientStore(budget, self.run.spill_dir(self._fabric.global_rank), keep_spilled=self.keep_client_state)
+        spill_dir = self.run.spill_dir(self._fabric.global_rank)
+        return ClientStore.with_budget(self.client_state_budget_mb, spill_dir, self.keep_client_state)
 
     def owns(self, client_id: str) -> bool:
         """Whether this process trains and keeps the state of ``client_id``."""
