@@ -162,14 +162,14 @@ class AlignedFederation(FederatedDataModule):
                 for cid in inner.client_ids
             }
         clients = []
-        for cid, split in parts.items():
+        for cid, client_parts in parts.items():
             batch_size, eval_batch_size, seed = defaults[cid]
-            held_out = {}
+            held_out: dict[str, Any] = {}
             for name in ("val", "test"):
-                x, y = split[name]
+                x, y = client_parts[name]
                 if len(y) > 0:
                     held_out[f"x_{name}"], held_out[f"y_{name}"] = x, y
-            x, y = split["train"]
+            x, y = client_parts["train"]
             clients.append(
                 ClientDataModule(
                     cid,

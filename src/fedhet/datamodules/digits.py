@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import torch
 
@@ -77,7 +79,7 @@ class DigitsFederation(FederatedDataModule):
         digits = load_digits()
         x = torch.as_tensor(digits.data / 16.0, dtype=torch.float32)
         y = torch.as_tensor(digits.target, dtype=torch.int64)
-        config = self.hparams
+        config: Any = self.hparams  # the __init__ arguments, by name
         parts = dirichlet_label_skew(y, config.num_clients, config.alpha, config.seed, min_samples=config.min_samples)
         width = max(3, len(str(len(parts) - 1)))
         clients = []
