@@ -63,3 +63,21 @@ def test_the_contract_names_optimizer_reuse():
     module = built(NoPerSampleLosses())
     assert module.reuse_optimizers is False
     assert built(FedAvg(hidden_dims=[4])).reuse_optimizers is True
+
+
+def test_a_round_dependent_schedule_is_a_declared_capability():
+    from fedhet.callbacks import AnchorUpdate
+    from fedhet.core import RoundAware
+
+    flic = built(FLIC(latent_dim=4, embedding_hidden_dims=[8], variant="hl", rep_start_round=2, pretrain_epochs=1))
+    assert isinstance(flic, RoundAware)
+    assert not isinstance(built(FedAvg(hidden_dims=[4])), RoundAware)
+
+    class Run:
+        rounds = 5
+
+    AnchorUpdate().on_client_fit_start(Run(), round_idx=1, client_id="a", module=flic)
+    assert [p.name for p in flic.local_phases()] == ["local"]  # round 1 < rep_start_round: no representation phase
+    AnchorUpdate().on_client_fit_start(Run(), round_idx=4, client_id="a", module=flic)
+    assert flic.final_round
+    AnchorUpdate().on_client_fit_start(Run(), round_idx=0, client_id="a", module=built(FedAvg(hidden_dims=[4])))

@@ -10,7 +10,7 @@ import torch
 from torch import Tensor, nn
 
 from fedhet.callbacks.base import FederatedCallback
-from fedhet.core import ClientUpdate, Federation, ServerState
+from fedhet.core import ClientUpdate, Federation, RoundAware, ServerState
 from fedhet.core.statistics import ANCHOR_COUNTS, ANCHOR_FACTORS, ANCHOR_MEANS, GLOBAL_FACTORS, GLOBAL_MEANS
 from fedhet.functional.gaussian import gaussian_barycenter
 
@@ -58,10 +58,9 @@ class AnchorUpdate(FederatedCallback):
         self.seconds = 0.0
 
     def on_client_fit_start(self, trainer: Federation, round_idx: int, client_id: str, module: nn.Module) -> None:
-        """Tell a FLIC module which round it trains."""
-        set_round = getattr(module, "set_round", None)
-        if callable(set_round):
-            set_round(round_idx, trainer.rounds)
+        """Tell a FLIC module (a :class:`~fedhet.core.RoundAware` one) which round it trains."""
+        if isinstance(module, RoundAware):
+            module.set_round(round_idx, trainer.rounds)
 
     def aggregate(self, updates: list[Any]) -> tuple[Tensor, Tensor | None]:
         """The barycenter of the uploads' anchors: means ``(C, k)`` and factors ``(C, k, k)`` (or ``None``)."""

@@ -4,6 +4,8 @@
   :mod:`fedhet.plugins.stacked`): it gives the per-sample losses of a batch.
 * :class:`PenalisedModule` — its local loss adds a penalty on the distance between its parameters and those it
   received (FedProx); the stacked path adds it for each client.
+* :class:`RoundAware` — its local schedule depends on the round (FLIC's ``rep_start_round``, ``final_local_epochs``);
+  its server callback tells it the round before the client trains.
 
 The engine asks ``isinstance(module, StackableModule)`` (a ``runtime_checkable`` protocol: the members are present);
 what else stacking needs of a module is checked by ``fedhet.plugins.stacked.stacking_refusal``, which names the reason
@@ -51,3 +53,11 @@ class PenalisedModule(Protocol):
 
     def local_penalty(self, params: Mapping[str, Tensor], received: Mapping[str, Tensor]) -> Tensor:
         """The penalty for parameters ``params`` (by name) against those received at the round's start."""
+
+
+@runtime_checkable
+class RoundAware(Protocol):
+    """A module whose local schedule depends on the federation round it trains (e.g. FLIC)."""
+
+    def set_round(self, round_idx: int, rounds: int) -> None:
+        """Take the round about to be trained (``round_idx`` of ``rounds``), before the client's local phases."""
