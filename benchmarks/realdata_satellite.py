@@ -113,6 +113,7 @@ def main() -> None:
     parser.add_argument("--flic-rounds", type=int, default=10, help="rounds of the FLIC setting (configs: 10)")
     parser.add_argument("--hyfem-rounds", type=int, default=16, help="rounds of 32 steps, HyFEM setting (configs: 64)")
     parser.add_argument("--settings", nargs="+", default=["flic", "hyfem"], choices=["flic", "hyfem"])
+    parser.add_argument("--methods", nargs="+", default=None, help="a subset of the methods (default: all)")
     parser.add_argument("--tag", default="realdata_satellite")
     args = parser.parse_args()
 
@@ -122,6 +123,7 @@ def main() -> None:
             (setting, method, name)
             for setting in args.settings
             for method, name in (FLIC_CONFIGS if setting == "flic" else HYFEM_CONFIGS).items()
+            if args.methods is None or method in args.methods
         ),
         key=lambda item: list((FLIC_CONFIGS if item[0] == "flic" else HYFEM_CONFIGS).values()).index(item[2]),
     )
