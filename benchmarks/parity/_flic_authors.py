@@ -14,7 +14,10 @@ linear-mapping toy). The adapter
   (``return_all=True``) to report the unweighted mean over clients beside the sample-weighted accuracy they print.
 
 Their scripts seed ``random``, ``numpy`` and ``torch`` from ``--seed`` and run on CPU as published (nothing else is
-patched). Their outputs (a CSV of accuracies per round) go to a temporary folder.
+patched), except with ``fresh_heads=True``, a diagnosis: ``torch.nn.Module.state_dict`` then returns copies during
+their run, so the per-client records of clients never sampled no longer alias their global model's tensors and such a
+client starts from the shared initial head (as in fedhet) instead of the previous round's first participant's head
+divided by the number of participants. Their outputs (a CSV of accuracies per round) go to a temporary folder.
 """
 
 from __future__ import annotations
@@ -105,7 +108,18 @@ class _Timed:
             self.seconds += time.process_time() - start
 
 
-def run_authors(checkout: Path, method: str, clients: Sequence[ToyClient], argv: Sequence[str]) -> AuthorsRun:
+def _copying_state_dict(state_dict: Callable[..., Any]) -> Callable[..., Any]:
+    """``Module.state_dict`` returning copies of the tensors instead of views of the parameters."""
+
+    def copying(self: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
+        return {name: value.clone() for name, value in state_dict(self, *args, **kwargs).items()}
+
+    return copying
+
+
+def run_authors(
+    checkout: Path, method: str, clients: Sequence[ToyClient], argv: Sequence[str], fresh_heads: bool = False
+) -> AuthorsRun:
     """Run their FLIC (``FLIC-Class``, ``FLIC-HL``) or Local script on ``clients`` with the extra arguments ``argv``.
 
     Args:
@@ -114,6 +128,7 @@ def run_authors(checkout: Path, method: str, clients: Sequence[ToyClient], argv:
         clients: fedhet's clients, numbered in this order on their side.
         argv: their command-line arguments besides ``--dataset``, ``--num_users``, ``--model_type``/``--alg`` and
             ``--savedir`` (rounds, epochs, learning rates, seed...).
+        fresh_heads: the diagnosis of the module docstring.
 
     Returns:
         the final accuracies and the training CPU time.
@@ -124,7 +139,7 @@ def run_authors(checkout: Path, method: str, clients: Sequence[ToyClient], argv:
     script = "main_het_competitor.py" if method == "Local" else "main_flic.py"
     model = "classif" if method == "FLIC-Class" else "no-hlayers"
     kind = ["--alg", "local"] if method == "Local" else ["--model_type", model]
-    saved_path, saved_argv = list(sys.path), list(sys.argv)
+    saved_path, saved_argv, state_dict = list(sys.path), list(sys.argv), torch.nn.Module.state_dict
     saved_modules = {name: sys.modules.get(name) for name in ("Het_data", "Het_Update", "Het_Nets", "Het_Prior")}
     try:
         sys.path.insert(0, str(checkout))
@@ -140,8 +155,11 @@ def run_authors(checkout: Path, method: str, clients: Sequence[ToyClient], argv:
             sys.argv = [script, "--dataset", "toy_3", "--num_users", str(len(clients)), *kind, *argv]
             sys.argv += ["--savedir", tmp + "/"]
             start = time.process_time()
+            if fresh_heads:
+                torch.nn.Module.state_dict = _copying_state_dict(state_dict)  # type: ignore[method-assign]
             with contextlib.redirect_stdout(io.StringIO()):
                 final = runpy.run_path(str(checkout / script), run_name="__main__")
+            torch.nn.Module.state_dict = state_dict  # type: ignore[method-assign]
             train_cpu = time.process_time() - start - timed.seconds
             args = final["args"]
             if method == "Local":
@@ -161,6 +179,7 @@ def run_authors(checkout: Path, method: str, clients: Sequence[ToyClient], argv:
         return AuthorsRun(accuracy, float(final["accs"][-1]), train_cpu)
     finally:
         sys.path[:], sys.argv[:] = saved_path, saved_argv
+        torch.nn.Module.state_dict = state_dict  # type: ignore[method-assign]
         for name, module in saved_modules.items():
             if module is None:
                 sys.modules.pop(name, None)

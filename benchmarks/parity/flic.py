@@ -164,11 +164,15 @@ def authors_argv(method: str, setting: FlicSetting, seed: int, realign: bool) ->
     return argv + ["--local_rep_ep", "1", "--start_optimize_rep", "-1", "--test_freq", "1"]
 
 
-def run_reference(checkout: Path, method: str, setting: FlicSetting, seed: int, realign: bool) -> RunResult:
-    """One run of their script on fedhet's tensors of ``seed``."""
+SIDES = {"authors": (False, False), "authors (re-align)": (True, False), "authors (fresh heads)": (False, True)}
+"""Their runs: side -> (their default re-alignment, the fresh-heads diagnosis of ``_flic_authors.py``)."""
+
+
+def run_reference(checkout: Path, method: str, setting: FlicSetting, seed: int, side: str) -> RunResult:
+    """One run of their script on fedhet's tensors of ``seed``, as ``side`` says (:data:`SIDES`)."""
+    realign, fresh_heads = SIDES[side]
     clients = toy_clients(toy(setting, seed))
-    run = run_authors(checkout, method, clients, authors_argv(method, setting, seed, realign))
-    side = "authors (re-align)" if realign else "authors"
+    run = run_authors(checkout, method, clients, authors_argv(method, setting, seed, realign), fresh_heads)
     note = f"sample-weighted {run.weighted:.2f} (their printed figure)"
     return RunResult(side, method, seed, run.accuracy, run.train_cpu / (setting.rounds + 1), note)
 
@@ -207,7 +211,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--reference-dir", type=Path, action="append", default=[], help="a checkout of arakotom/flic")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     p.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS))
-    p.add_argument("--sides", nargs="+", choices=["fedhet", "authors", "authors (re-align)"], default=None)
+    p.add_argument("--sides", nargs="+", choices=["fedhet", *SIDES], default=None)
     for field, value in FlicSetting.__dataclass_fields__.items():
         p.add_argument(f"--{field.replace('_', '-')}", type=type(value.default), default=value.default)
     p.add_argument("--root", type=Path, default=Path("fedhet_runs/parity"), help="fedhet's run folders")
@@ -227,9 +231,9 @@ def main() -> None:
         for method in args.methods:
             if "fedhet" in sides:
                 record(run_fedhet(method, setting, seed, args.root), args.root, args.tag)
-            for side, realign in (("authors", False), ("authors (re-align)", True)):
-                if side in sides and "FLIC authors" in references and (method != "Local" or not realign):
-                    result = run_reference(references["FLIC authors"], method, setting, seed, realign)
+            for side in SIDES:
+                if side in sides and "FLIC authors" in references and (method != "Local" or side == "authors"):
+                    result = run_reference(references["FLIC authors"], method, setting, seed, side)
                     record(result, args.root, args.tag)
     title = "FLIC parity (linear-mapping toy)"
     print(write_results(args.tag, title, setting, recorded(args.root, args.tag), NOTES, references))
