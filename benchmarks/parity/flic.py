@@ -25,8 +25,8 @@ to their scripts. Both sides then run the reference code's recipe, which fedhet 
 
 Reference (never copied here; pass the checkout with ``--reference-dir``): ``git clone
 https://github.com/arakotom/flic`` (used: commit 4646796, 2024-04-12). Their scripts need ``pandas`` and
-``scikit-learn`` (both in fedhet's test environment); torchvision is not needed (the adapter stands in for their
-data module).
+``scikit-learn`` (``pip install pandas`` where the environment lacks it: a need of theirs, not of fedhet);
+torchvision is not needed (the adapter stands in for their data module).
 
 Run from the repository root, e.g.::
 
