@@ -57,6 +57,12 @@ def methods(args: argparse.Namespace) -> dict[str, Callable[[], Any]]:
         "FedRep": lambda: FedRep(head_epochs=1, **common),
         "FedPer": lambda: FedPer(**common),
         "FedBABU": lambda: FedBABU(finetune_epochs=args.finetune_epochs, **common),
+        # FedPAC's ablation (its Table 5): which of its two parts costs accuracy on these small clients
+        "FedPAC (FA only)": lambda: FedPAC(head_epochs=1, head_lr=args.lr, classifier_collaboration=False, **common),
+        "FedPAC (CC only)": lambda: FedPAC(head_epochs=1, head_lr=args.lr, feature_alignment=False, **common),
+        "FedPAC (none)": lambda: FedPAC(
+            head_epochs=1, head_lr=args.lr, feature_alignment=False, classifier_collaboration=False, **common
+        ),
     }
 
 
