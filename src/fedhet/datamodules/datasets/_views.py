@@ -44,13 +44,18 @@ class ViewClientSettings:
         return cls(**{field.name: config[field.name] for field in fields(cls)})
 
 
-def check_client_classes(client_classes: Sequence[Sequence[int]], num_clients: int, num_classes: int) -> None:
-    """Check one list of distinct classes in ``[0, num_classes)`` per client.
+def resolve_client_classes(
+    client_classes: Sequence[Sequence[int]] | None, num_clients: int, num_classes: int
+) -> list[tuple[int, ...]]:
+    """Each client's classes, sorted: every class when ``client_classes`` is None, else its checked lists.
 
     Raises:
-        ValueError: naming the client whose list is bad, or the count mismatch.
+        ValueError: naming the client whose list is bad (not distinct classes in ``[0, num_classes)``), or the count
+            mismatch.
 
     """
+    if client_classes is None:
+        return [tuple(range(num_classes))] * num_clients
     if len(client_classes) != num_clients:
         raise ValueError(f"`client_classes` lists {len(client_classes)} clients but there are {num_clients}")
     for index, classes in enumerate(client_classes):
@@ -58,6 +63,7 @@ def check_client_classes(client_classes: Sequence[Sequence[int]], num_clients: i
             raise ValueError(
                 f"`client_classes[{index}]` must list distinct classes in [0, {num_classes}), got {classes}"
             )
+    return [tuple(sorted(classes)) for classes in client_classes]
 
 
 def build_view_clients(

@@ -19,7 +19,7 @@ from torch import Tensor
 
 from fedhet.datamodules.client import ClientDataModule
 from fedhet.datamodules.datasets._common import check_fractions, parse_csv, vendored_bytes
-from fedhet.datamodules.datasets._views import ViewClientSettings, build_view_clients, check_client_classes
+from fedhet.datamodules.datasets._views import ViewClientSettings, build_view_clients, resolve_client_classes
 from fedhet.datamodules.federated import FederatedDataModule
 
 VIEW_WIDTHS: dict[str, int] = {"fou": 76, "fac": 216, "kar": 64, "pix": 240, "zer": 47, "mor": 6}
@@ -156,15 +156,10 @@ class MultipleFeaturesFederation(FederatedDataModule):
             raise ValueError("`client_views` must list at least one client")
         for index, views in enumerate(client_views):
             _check_views(views, f"client_views[{index}]")
-        if client_classes is not None:
-            check_client_classes(client_classes, len(client_views), NUM_CLASSES)
         check_fractions(val_fraction, test_fraction)
         self.save_hyperparameters()
         self.client_views = [tuple(views) for views in client_views]
-        self.client_classes = [
-            tuple(range(NUM_CLASSES)) if client_classes is None else tuple(sorted(classes))
-            for classes in (client_classes or [None] * len(client_views))
-        ]
+        self.client_classes = resolve_client_classes(client_classes, len(client_views), NUM_CLASSES)
         self._split_rows: dict[str, dict[str, np.ndarray]] = {}
 
     @property

@@ -24,7 +24,7 @@ from torch import Tensor
 
 from fedhet.datamodules.client import ClientDataModule
 from fedhet.datamodules.datasets._common import check_fractions, parse_csv, vendored_bytes
-from fedhet.datamodules.datasets._views import ViewClientSettings, build_view_clients, check_client_classes
+from fedhet.datamodules.datasets._views import ViewClientSettings, build_view_clients, resolve_client_classes
 from fedhet.datamodules.datasets.mfeat import MultiViewData
 from fedhet.datamodules.federated import FederatedDataModule
 
@@ -163,15 +163,10 @@ class SatelliteFederation(FederatedDataModule):
             raise ValueError("`client_bands` must list at least one client")
         for index, bands in enumerate(client_bands):
             _check_bands(bands, f"client_bands[{index}]")
-        if client_classes is not None:
-            check_client_classes(client_classes, len(client_bands), NUM_CLASSES)
         check_fractions(val_fraction, test_fraction)
         self.save_hyperparameters()
         self.client_bands = [tuple(bands) for bands in client_bands]
-        self.client_classes = [
-            tuple(range(NUM_CLASSES)) if client_classes is None else tuple(sorted(classes))
-            for classes in (client_classes or [None] * len(client_bands))
-        ]
+        self.client_classes = resolve_client_classes(client_classes, len(client_bands), NUM_CLASSES)
         self._split_rows: dict[str, dict[str, np.ndarray]] = {}
 
     @property
