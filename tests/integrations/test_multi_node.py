@@ -21,10 +21,8 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def run_two_nodes(tmp_path: Path, model: str, rounds: int) -> list[dict]:
-    config = tmp_path / f"{model}_nodes.yaml"
-    config.write_text(CONFIG.format(model=model, rounds=rounds, full_last="true", dropout=0.1))
-    root = tmp_path / "nodes"
+def launch_two_nodes(config: Path, root: Path) -> list[tuple[int, str]] | None:
+    """Both torchrun "machines" on a fresh rendezvous port: their exit codes and outputs, or None if they hung."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
     rendezvous = ["--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d"]
     rendezvous += ["--rdzv-endpoint", f"127.0.0.1:{free_port()}", "--rdzv-id", "fedhet-test"]
@@ -35,13 +33,29 @@ def run_two_nodes(tmp_path: Path, model: str, rounds: int) -> list[dict]:
     # one torchrun per "machine": each would run on its own host with the same command
     nodes = [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for _ in range(2)]
     try:
-        outputs = [node.communicate(timeout=300)[0].decode() for node in nodes]
+        outputs = [node.communicate(timeout=150)[0].decode() for node in nodes]
+        return [(node.returncode, output) for node, output in zip(nodes, outputs, strict=True)]
+    except subprocess.TimeoutExpired:
+        return None
     finally:
         for node in nodes:
             node.kill()
-    for node, output in zip(nodes, outputs, strict=True):
-        assert node.returncode == 0, output[-3000:]
-    assert any("Starting with 2 processes" in output for output in outputs)
+
+
+def run_two_nodes(tmp_path: Path, model: str, rounds: int) -> list[dict]:
+    config = tmp_path / f"{model}_nodes.yaml"
+    config.write_text(CONFIG.format(model=model, rounds=rounds, full_last="true", dropout=0.1))
+    # a rare hang of the two agents' c10d rendezvous on one loopback host (seen once in ~4 runs of this suite, cause
+    # not found; a run that gets past the rendezvous takes ~15 s): one retry on a new port and a new run folder
+    for attempt in range(2):
+        root = tmp_path / f"nodes_{attempt}"
+        results = launch_two_nodes(config, root)
+        if results is not None:
+            break
+    assert results is not None, "both attempts of the two-node launch hung"
+    for returncode, output in results:
+        assert returncode == 0, output[-3000:]
+    assert any("Starting with 2 processes" in output for _, output in results)
     rows = list(csv.DictReader((root / "version_0" / "metrics.csv").open()))
     return [{k: v for k, v in row.items() if not k.startswith("time/")} for row in rows]
 
