@@ -37,6 +37,7 @@ import numpy as np
 import yaml
 
 from _common import RESULTS_DIR, environment, quiet_trainer, write_table
+from _tables import percent_mean_std
 from fedhet.datamodules.datasets.satellite import BANDS, load_satellite_table
 
 ROOT = Path(__file__).parents[1]
@@ -101,12 +102,6 @@ def sklearn_references(seed: int) -> dict[str, list[float]]:
     return out
 
 
-def fmt(values: list[float]) -> str:
-    """Mean ± std in percent (std 0 for one value)."""
-    std = statistics.stdev(values) if len(values) > 1 else 0.0
-    return f"{100 * statistics.mean(values):.1f} ± {100 * std:.1f}"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=3)
@@ -165,9 +160,11 @@ def write_results(
                 "method": method,
                 "rounds": args.flic_rounds if setting == "flic" else args.hyfem_rounds,
                 "seeds": len(runs),
-                "acc_mean": fmt([r["test/acc_mean"] for r in runs]),
-                "acc_worst": fmt([r["test/acc_worst"] for r in runs]),
-                "global_acc": fmt([r["test/global_acc"] for r in runs]) if "test/global_acc" in runs[0] else "",
+                "acc_mean": percent_mean_std([r["test/acc_mean"] for r in runs]),
+                "acc_worst": percent_mean_std([r["test/acc_worst"] for r in runs]),
+                "global_acc": percent_mean_std([r["test/global_acc"] for r in runs])
+                if "test/global_acc" in runs[0]
+                else "",
                 "per_seed": " ".join(f"{100 * r['test/acc_mean']:.1f}" for r in runs),
                 "seconds_per_run": f"{statistics.mean(seconds[setting, method]):.0f}",
             }
@@ -181,8 +178,8 @@ def write_results(
                     "method": method,
                     "rounds": "",
                     "seeds": len(references),
-                    "acc_mean": fmt([statistics.mean(r[key]) for r in references]),
-                    "acc_worst": fmt([min(r[key]) for r in references]),
+                    "acc_mean": percent_mean_std([statistics.mean(r[key]) for r in references]),
+                    "acc_worst": percent_mean_std([min(r[key]) for r in references]),
                     "global_acc": "",
                     "per_seed": " ".join(f"{100 * statistics.mean(r[key]):.1f}" for r in references),
                     "seconds_per_run": "",

@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from _common import RESULTS_DIR, environment, quiet_trainer, write_table
+from _tables import percent_mean_std
 from fedhet.datamodules import VowelFederation
 from fedhet.modules import FedAvg, FedBABU, FedPAC, FedPer, FedRep, LocalOnly
 
@@ -108,12 +109,6 @@ def sklearn_references(seed: int, standardize: bool) -> dict[str, dict[str, floa
     return out
 
 
-def fmt(values: list[float]) -> str:
-    """Mean ± std in percent (std 0 for one value)."""
-    std = statistics.stdev(values) if len(values) > 1 else 0.0
-    return f"{100 * statistics.mean(values):.1f} ± {100 * std:.1f}"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=3)
@@ -157,8 +152,8 @@ def write_results(
         {
             "method": name,
             "seeds": len(runs),
-            "acc_mean": fmt([r["mean"] for r in runs]),
-            "acc_worst": fmt([r["worst"] for r in runs]),
+            "acc_mean": percent_mean_std([r["mean"] for r in runs]),
+            "acc_worst": percent_mean_std([r["worst"] for r in runs]),
             "runs_acc_mean": " ".join(f"{100 * r['mean']:.1f}" for r in runs),
             "seconds_per_run": f"{statistics.mean(times):.0f}" if times else "",
         }
