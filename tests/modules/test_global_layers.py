@@ -6,11 +6,12 @@ import pytest
 import torch
 from sklearn.metrics import average_precision_score, roc_auc_score
 
+from fedhet.callbacks.batch_alignment import BatchAlignment, aligned_batch_size
 from fedhet.core import ClientSpec
 from fedhet.datamodules import ClientDataModule
 from fedhet.functional import balanced_accuracy, binary_auprc, binary_auroc, one_vs_rest
 from fedhet.modules import GlobalLayers
-from fedhet.modules.global_layers import BatchAlignment, ClientMetric, aligned_batch_size
+from fedhet.modules.metrics import ClientMetric
 
 HEART = {"width": 128}
 COVERTYPE = {"gated": True, "input_norm": True}

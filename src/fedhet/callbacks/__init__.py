@@ -2,6 +2,7 @@
 
 from fedhet.callbacks.anchor_update import AnchorUpdate
 from fedhet.callbacks.base import FederatedCallback
+from fedhet.callbacks.batch_alignment import BatchAlignment
 from fedhet.callbacks.centroid_sync import CentroidSync
 from fedhet.callbacks.dashboard import FederationDashboard
 from fedhet.callbacks.dictionary_averaging import DictionaryAveraging
@@ -12,6 +13,7 @@ from fedhet.callbacks.progress import RichRoundProgress
 
 __all__ = [
     "AnchorUpdate",
+    "BatchAlignment",
     "CentroidSync",
     "DictionaryAveraging",
     "FederatedCallback",

@@ -1,6 +1,6 @@
 """Pure maths of federated learning on heterogeneous clients: torch functions, no Lightning."""
 
-from fedhet.functional.aggregation import weighted_mean
+from fedhet.functional.aggregation import weighted_mean, weighted_mean_compute, weighted_mean_update
 from fedhet.functional.centroids import (
     aggregate_centroids,
     class_centroids,
@@ -144,4 +144,6 @@ __all__ = [
     "wasserstein_barycenter",
     "wasserstein_cost",
     "weighted_mean",
+    "weighted_mean_compute",
+    "weighted_mean_update",
 ]

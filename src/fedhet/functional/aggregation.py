@@ -8,10 +8,10 @@ import torch
 from torch import Tensor
 
 
-def _weighted_mean_update(
+def weighted_mean_update(
     sums: dict[str, Tensor], totals: dict[str, float], state: Mapping[str, Tensor], weight: float
 ) -> None:
-    """Fold one client's state into running weighted sums, in place.
+    """Fold one client's state into running weighted sums, in place (one step of a streaming :func:`weighted_mean`).
 
     Floating tensors are accumulated in float64 as ``weight * value``; integer tensors (e.g. a batch-norm's
     ``num_batches_tracked``) keep their element-wise maximum, since averaging a counter has no meaning.
@@ -43,10 +43,20 @@ def _weighted_mean_update(
             totals.setdefault(name, 0.0)
 
 
-def _weighted_mean_compute(
+def weighted_mean_compute(
     sums: Mapping[str, Tensor], totals: Mapping[str, float], dtypes: Mapping[str, torch.dtype]
 ) -> dict[str, Tensor]:
-    """Turn running sums into means, cast back to each parameter's dtype."""
+    """Turn the running sums of :func:`weighted_mean_update` into means, cast back to each parameter's dtype.
+
+    Args:
+        sums: running sums, keyed by parameter name (float64 for floating tensors).
+        totals: total weight per name.
+        dtypes: each parameter's original dtype.
+
+    Returns:
+        The weighted means, keyed by name; integer tensors are returned as kept (their element-wise maximum).
+
+    """
     out = {}
     for name, total in totals.items():
         value = sums[name]
@@ -91,6 +101,6 @@ def weighted_mean(states: Sequence[Mapping[str, Tensor]], weights: Sequence[floa
     totals: dict[str, float] = {}
     dtypes: dict[str, torch.dtype] = {}
     for state, weight in zip(states, weights, strict=True):
-        _weighted_mean_update(sums, totals, state, float(weight))
+        weighted_mean_update(sums, totals, state, float(weight))
         dtypes.update({name: value.dtype for name, value in state.items()})
-    return _weighted_mean_compute(sums, totals, dtypes)
+    return weighted_mean_compute(sums, totals, dtypes)

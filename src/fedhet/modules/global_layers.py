@@ -11,19 +11,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Hashable, Sequence
-from typing import Any, Literal
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
-from lightning.pytorch import Callback, LightningModule
-from lightning.pytorch import Trainer as LightningTrainer
+from lightning.pytorch import Callback
 from torch import Tensor, nn
-from torchmetrics import MeanMetric, Metric, MetricCollection
+from torchmetrics import MeanMetric, MetricCollection
 
-from fedhet.callbacks.base import FederatedCallback
+from fedhet.callbacks.batch_alignment import BatchAlignment
 from fedhet.core import ClientSpec, LocalPhase
-from fedhet.functional.tabular_metrics import AbsentRule, balanced_accuracy, one_vs_rest
 from fedhet.modules.base import FederatedModule
+from fedhet.modules.metrics import ClientMetric
 from fedhet.plugins.aggregators import Aggregator, WeightedMean
 
 BNMode = Literal["frozen_stats", "train"]
@@ -113,97 +112,6 @@ class ResidualFeedForward(nn.Module):
         if self.w3 is not None:
             hidden = hidden * self.w3(x)
         return x + self.w2(hidden)
-
-
-class ClientMetric(Metric):
-    """One per-client classification metric over every evaluated sample (scores and targets are kept, then scored).
-
-    Args:
-        kind: ``"auroc"``, ``"auprc"`` (one-vs-rest macro; a binary head scores class 1), ``"balanced_accuracy"`` or
-            ``"accuracy"``.
-        num_classes: classes of the head (2 for a binary head with one logit).
-        absent: what ``"auroc"``/``"auprc"`` do with a class the split lacks (see
-            :func:`fedhet.functional.tabular_metrics.one_vs_rest`).
-        threshold: a binary head predicts class 1 where its logit is at least this.
-
-    """
-
-    higher_is_better = True
-    full_state_update = False
-
-    scores: list[Tensor]  # metric states (add_state)
-    target: list[Tensor]
-
-    def __init__(
-        self,
-        kind: Literal["auroc", "auprc", "balanced_accuracy", "accuracy"],
-        num_classes: int,
-        absent: AbsentRule = "score",
-        threshold: float = 0.5,
-    ) -> None:
-        super().__init__(sync_on_compute=False)
-        self.kind, self.num_classes, self.absent, self.threshold = kind, num_classes, absent, threshold
-        self.add_state("scores", default=[], dist_reduce_fx="cat")
-        self.add_state("target", default=[], dist_reduce_fx="cat")
-
-    def update(self, scores: Tensor, target: Tensor) -> None:
-        """Add a batch: ``scores`` ``(B, C)`` logits (``(B, 1)`` binary), ``target`` ``(B,)`` head indices or -1."""
-        self.scores.append(scores.detach().float())
-        self.target.append(target.detach().long())
-
-    def compute(self) -> Tensor:
-        """The metric over every sample seen since the last reset (``nan`` when none)."""
-        if not self.scores:
-            return torch.tensor(float("nan"))
-        scores, target = torch.cat(self.scores), torch.cat(self.target)
-        if self.kind in ("auroc", "auprc"):
-            return one_vs_rest(self.kind, scores, target, self.absent).float()
-        preds = (scores[:, 0] >= self.threshold).long() if scores.shape[1] == 1 else scores.argmax(dim=1)
-        if self.kind == "balanced_accuracy":
-            return balanced_accuracy(preds, target, self.num_classes).float()
-        return (preds == target).float().mean()
-
-
-def aligned_batch_size(client_id: str, num_train: int, batches_per_epoch: int) -> int:
-    """BatchAlignedFedAvg's batch size ``floor(n_k / B)``; raises when the client has fewer than ``B`` rows."""
-    if num_train < batches_per_epoch:
-        raise ValueError(
-            f"client '{client_id}' has {num_train} training rows, fewer than batches_per_epoch={batches_per_epoch}"
-        )
-    return num_train // batches_per_epoch
-
-
-class BatchAlignment(FederatedCallback):
-    """Set every client's training batch size to ``floor(n_k / B)`` before the first round (BatchAlignedFedAvg).
-
-    With the module's local phase of ``B`` optimizer steps, every client then takes exactly ``B`` steps per round and
-    sees ``B * floor(n_k / B)`` distinct rows of a shuffled pass (the ``n_k mod B`` rows left over are skipped, as
-    ``drop_last`` does). Under a plain ``lightning.Trainer`` it sets the client datamodule's batch size at ``setup``;
-    cap the steps there with ``limit_train_batches=B``. This changes the ``batch_size`` of the client datamodules.
-
-    Args:
-        batches_per_epoch: ``B``, the optimizer steps per client per round.
-
-    """
-
-    def __init__(self, batches_per_epoch: int) -> None:
-        if batches_per_epoch < 1:
-            raise ValueError(f"BatchAlignment: field 'batches_per_epoch' must be >= 1, got {batches_per_epoch}")
-        self.batches_per_epoch = batches_per_epoch
-
-    def on_federation_start(self, trainer: Any, module: nn.Module) -> None:
-        """Align the batch size of every client of the federation the trainer runs."""
-        federation = trainer.datamodule
-        for client_id in trainer.client_ids:
-            client = federation.client(client_id)
-            client.batch_size = aligned_batch_size(client_id, client.spec.num_train, self.batches_per_epoch)
-
-    def setup(self, trainer: LightningTrainer, pl_module: LightningModule, stage: str) -> None:
-        """Under a plain Trainer: align the client datamodule's batch size."""
-        client: Any = getattr(trainer, "datamodule", None)  # a ClientDataModule (its spec and batch size) or else
-        spec = getattr(client, "spec", None)
-        if isinstance(spec, ClientSpec) and hasattr(client, "batch_size"):
-            client.batch_size = aligned_batch_size(spec.client_id, spec.num_train, self.batches_per_epoch)
 
 
 class GlobalLayers(FederatedModule):

@@ -9,7 +9,7 @@ import torch
 from torch import Tensor
 
 from fedhet.core import ClientUpdate
-from fedhet.functional.aggregation import _weighted_mean_compute, _weighted_mean_update
+from fedhet.functional import weighted_mean_compute, weighted_mean_update
 
 
 class Aggregator(ABC):
@@ -50,12 +50,12 @@ class WeightedMean(Aggregator):
     def update(self, upload: ClientUpdate) -> None:
         """Add ``weight * theta`` for each shared parameter of the client."""
         weight = float(upload.num_samples) if self.weighting == "samples" else 1.0
-        _weighted_mean_update(self._sums, self._totals, upload.shared, weight)
+        weighted_mean_update(self._sums, self._totals, upload.shared, weight)
         self._dtypes.update({name: value.dtype for name, value in upload.shared.items()})
 
     def compute(self) -> dict[str, Tensor]:
         """Divide each running sum by the total weight of its holders."""
-        return _weighted_mean_compute(self._sums, self._totals, self._dtypes)
+        return weighted_mean_compute(self._sums, self._totals, self._dtypes)
 
     def reset(self) -> None:
         """Clear the running sums."""
