@@ -6,6 +6,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from numbers import Integral, Real
+from typing import TypedDict
 
 import torch
 from lightning.pytorch import LightningDataModule
@@ -25,6 +26,40 @@ class _Splits:
     val: TensorPairDataset
     test: TensorPairDataset
     spec: ClientSpec
+
+
+class HeldOutSplits(TypedDict, total=False):
+    """Validation and test tensors as keyword arguments of :class:`ClientDataModule`; a split not given is absent."""
+
+    x_val: Tensor
+    y_val: Tensor
+    x_test: Tensor
+    y_test: Tensor
+
+
+def held_out_splits(val: tuple[Tensor, Tensor], test: tuple[Tensor, Tensor]) -> HeldOutSplits:
+    """A client's validation and test ``(x, y)`` as keyword arguments of :class:`ClientDataModule`.
+
+    Args:
+        val: validation features and labels.
+        test: test features and labels.
+
+    Returns:
+        ``x_val``/``y_val`` and ``x_test``/``y_test``, leaving out a split without samples (an empty split is not
+        passed, as with no held-out data).
+
+    Example:
+        >>> x, y = torch.rand(4, 2), torch.arange(4)
+        >>> sorted(held_out_splits((x[:2], y[:2]), (x[:0], y[:0])))
+        ['x_val', 'y_val']
+
+    """
+    splits: HeldOutSplits = {}
+    if len(val[1]) > 0:
+        splits["x_val"], splits["y_val"] = val
+    if len(test[1]) > 0:
+        splits["x_test"], splits["y_test"] = test
+    return splits
 
 
 class ClientDataModule(LightningDataModule):

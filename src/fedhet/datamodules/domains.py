@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Protocol, cast
 
 import numpy as np
 import torch
@@ -27,6 +28,34 @@ from fedhet.functional.feature_spaces import resample_images
 
 TRANSFORMS = ("identity", "rot90", "invert", "noise")
 """The domains of :class:`DigitsTransformDomains`, in client order."""
+
+
+class _DomainConfig(Protocol):
+    """The arguments every domain federation keeps in ``self.hparams`` (read by attribute)."""
+
+    target: str | None
+    include_target: bool
+    val_fraction: float
+    test_fraction: float
+    batch_size: int
+    eval_batch_size: int
+    seed: int
+
+
+class _BlobsConfig(_DomainConfig, Protocol):
+    """The ``self.hparams`` of :class:`RotatedBlobsDomains`."""
+
+    angles: Sequence[float]
+    samples_per_class: int
+
+
+class _DigitsConfig(_DomainConfig, Protocol):
+    """The ``self.hparams`` of :class:`DigitsDomains`."""
+
+    sources: Sequence[str]
+    grid: Sequence[int]
+    crop_mnist: bool
+    max_samples: int | None
 
 
 class _DomainFederation(FederatedDataModule):
@@ -52,7 +81,7 @@ class _DomainFederation(FederatedDataModule):
             ValueError: when ``target`` names no domain.
 
         """
-        config = self.hparams
+        config = cast(_DomainConfig, self.hparams)
         domains = self.domains()
         if config.target is not None and config.target not in domains:
             raise ValueError(f"field 'target' is {config.target!r}; the domains are {list(domains)}")
@@ -124,7 +153,7 @@ class RotatedBlobsDomains(_DomainFederation):
 
     def domains(self) -> dict[str, tuple[Tensor, Tensor]]:
         """The blobs of every angle."""
-        config = self.hparams
+        config = cast(_BlobsConfig, self.hparams)
         rng = np.random.default_rng(config.seed)
         out = {}
         for angle in config.angles:
@@ -185,7 +214,7 @@ class DigitsDomains(_DomainFederation):
 
     def domains(self) -> dict[str, tuple[Tensor, Tensor]]:
         """Every source at the common grid."""
-        config = self.hparams
+        config = cast(_DigitsConfig, self.hparams)
         out = {}
         for index, source in enumerate(config.sources):
             data = load_digit_source(source)
@@ -193,8 +222,8 @@ class DigitsDomains(_DomainFederation):
             if source == "mnist5k" and config.crop_mnist:
                 x = x[..., 4:24, 4:24]
             if config.max_samples is not None and len(x) > config.max_samples:
-                rows = np.random.default_rng(derived_seed(config.seed, 100 + index)).permutation(len(x))
-                rows = torch.from_numpy(np.sort(rows[: config.max_samples]))
+                order = np.random.default_rng(derived_seed(config.seed, 100 + index)).permutation(len(x))
+                rows = torch.from_numpy(np.sort(order[: config.max_samples]))
                 x, y = x[rows], y[rows]
             out[source] = (resample_images(x, tuple(config.grid), antialias=True), y)
         return out
@@ -235,7 +264,7 @@ class DigitsTransformDomains(_DomainFederation):
     def domains(self) -> dict[str, tuple[Tensor, Tensor]]:
         """The four transformed parts."""
         data = load_digit_source("sklearn_digits")
-        rng = np.random.default_rng(self.hparams.seed)
+        rng = np.random.default_rng(cast(_DomainConfig, self.hparams).seed)
         parts = np.array_split(rng.permutation(len(data.x)), len(TRANSFORMS))
         out = {}
         for name, rows in zip(TRANSFORMS, parts, strict=True):

@@ -9,14 +9,14 @@ to its blocks; the server model is evaluated on the held-out samples with every 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from typing import Any, Protocol, cast
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from fedhet.datamodules.client import ClientDataModule
+from fedhet.datamodules.client import ClientDataModule, held_out_splits
 from fedhet.datamodules.datasets._common import fit_standardizer
 from fedhet.datamodules.federated import FederatedDataModule
 from fedhet.datamodules.tensor_dataset import TensorBatchLoader, TensorPairDataset
@@ -113,6 +113,20 @@ DATASETS: dict[str, Callable[..., BlockData]] = {
 """Multi-block datasets known by name to :class:`HybridFederation`."""
 
 
+class _HybridConfig(Protocol):
+    """The arguments :class:`HybridFederation` keeps in ``self.hparams`` (read by attribute)."""
+
+    data: str
+    data_args: dict[str, Any] | None
+    val_fraction: float
+    test_fraction: float
+    split_shared: bool
+    standardize: bool
+    batch_size: int
+    eval_batch_size: int
+    seed: int
+
+
 class HybridFederation(FederatedDataModule):
     """Clients that hold different feature blocks of different classes, evaluated on every class (HyFEM).
 
@@ -183,11 +197,11 @@ class HybridFederation(FederatedDataModule):
         """Held-out ``"val"`` or ``"test"`` samples with every held block (in :attr:`block_widths` order)."""
         self.setup()
         data = self._global[stage]
-        return TensorBatchLoader(data, self.hparams.eval_batch_size) if len(data) else []
+        return TensorBatchLoader(data, cast(_HybridConfig, self.hparams).eval_batch_size) if len(data) else []
 
     def build_clients(self) -> list[ClientDataModule]:
         """Split the pooled data, share the training part by the table, give everyone the held-out parts."""
-        config = self.hparams
+        config = cast(_HybridConfig, self.hparams)
         x, y, blocks = DATASETS[config.data](**(config.data_args or {}))
         x = x.flatten(1).float()
         labels = y.numpy()
@@ -201,7 +215,10 @@ class HybridFederation(FederatedDataModule):
         if config.standardize:
             mean, scale = fit_standardizer(x[train])
             x = (x - mean) / scale
-        split = hybrid_partition(y[train], self.assignment, blocks, config.seed, split_shared=config.split_shared)
+        block_columns = cast("Mapping[Hashable, np.ndarray]", blocks)  # read only, so str keys are Hashable ones
+        split = hybrid_partition(
+            y[train], self.assignment, block_columns, config.seed, split_shared=config.split_shared
+        )
         self.unused_fraction = split.unused_fraction
         held = {name for row in split.feature_blocks.values() for name in row}
         self._block_widths = {name: len(cols) for name, cols in blocks.items() if name in held}
@@ -212,10 +229,7 @@ class HybridFederation(FederatedDataModule):
         clients = []
         for index, (client, rows) in enumerate(split.indices.items()):
             cols = torch.from_numpy(split.columns[client])
-            held_out = {}
-            for name, part in (("val", val), ("test", test)):
-                if len(part):
-                    held_out[f"x_{name}"], held_out[f"y_{name}"] = x[part][:, cols], y[part]
+            held_out = held_out_splits((x[val][:, cols], y[val]), (x[test][:, cols], y[test]))
             clients.append(
                 ClientDataModule(
                     client,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 import inspect
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol, cast
 
 import numpy as np
 import torch
@@ -21,6 +21,7 @@ from fedhet.datamodules.client import ClientDataModule
 from fedhet.datamodules.federated import FederatedDataModule
 from fedhet.functional.feature_spaces import add_noise_features, prune_features, random_linear_map, resample_images
 from fedhet.functional.partition import (
+    HybridPartition,
     dirichlet_label_skew,
     dominant_class_skew,
     grid_blocks,
@@ -120,8 +121,9 @@ def _dominant(labels: np.ndarray, num_clients: int, seed: int, **kwargs: Any) ->
     return dominant_class_skew(labels, num_clients, seed=seed, **kwargs)
 
 
-# name -> (partitioner over (labels, num_clients, seed), the function whose keyword arguments `partition_args` holds)
-PARTITIONS: dict[str, tuple[Callable[..., list[np.ndarray]], Callable[..., Any]]] = {
+# name -> (partitioner over (labels, num_clients, seed), the function whose keyword arguments `partition_args` holds);
+# "hybrid" is hybrid_partition itself, which PartitionedFederation._partition calls on a path of its own
+PARTITIONS: dict[str, tuple[Callable[..., list[np.ndarray] | HybridPartition], Callable[..., Any]]] = {
     "iid": (_iid, _iid),
     "dirichlet": (_dirichlet, dirichlet_label_skew),
     "shards": (_shards, shard_label_skew),
@@ -138,6 +140,19 @@ TRANSFORMS: dict[str, Callable[..., Any]] = {
     "prune": prune_features,
     "resample": resample_images,
 }
+
+
+class _PartitionedConfig(Protocol):
+    """The arguments :class:`PartitionedFederation` keeps in ``self.hparams`` and reads by attribute."""
+
+    num_clients: int | None
+    concept_shift_groups: int
+    num_classes: int | None
+    val_fraction: float
+    test_fraction: float
+    batch_size: int
+    eval_batch_size: int
+    seed: int
 
 
 class PartitionedFederation(FederatedDataModule):
@@ -269,7 +284,7 @@ class PartitionedFederation(FederatedDataModule):
             ValueError: when the pooled data are malformed or the partitioner refuses its arguments.
 
         """
-        config = self.hparams
+        config = cast(_PartitionedConfig, self.hparams)
         x, y = self._load()
         labels = y.numpy()
         num_classes = config.num_classes if config.num_classes is not None else int(labels.max()) + 1
@@ -324,7 +339,7 @@ class PartitionedFederation(FederatedDataModule):
         self, labels: np.ndarray, x: Tensor
     ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, dict[str, int]]]:
         """Run the partitioner; return each client's rows, and for ``"hybrid"`` its columns and feature blocks."""
-        config = self.hparams
+        config = cast(_PartitionedConfig, self.hparams)
         if self.partition == "hybrid":
             args = dict(self.partition_args)
             if "grid" in args:
@@ -336,14 +351,14 @@ class PartitionedFederation(FederatedDataModule):
                     f"`num_clients` is {config.num_clients}, but the hybrid `assignment` has {len(split.indices)}"
                 )
             return split.indices, split.columns, split.feature_blocks
-        partitioner = PARTITIONS[self.partition][0]
-        parts = partitioner(labels, config.num_clients, config.seed, **self.partition_args)
+        partitioner = PARTITIONS[self.partition][0]  # not hybrid_partition, handled above: a list of row arrays
+        parts = cast("list[np.ndarray]", partitioner(labels, config.num_clients, config.seed, **self.partition_args))
         width = max(3, len(str(len(parts) - 1)))
         return {f"client_{index:0{width}d}": rows for index, rows in enumerate(parts)}, {}, {}
 
     def _shift_concepts(self, client_labels: dict[str, np.ndarray], num_classes: int) -> dict[str, np.ndarray]:
         """Relabel each client's samples by the permutation of its group ``index mod G``."""
-        config = self.hparams
+        config = cast(_PartitionedConfig, self.hparams)
         groups = np.concatenate(
             [np.full(len(y), index % config.concept_shift_groups) for index, y in enumerate(client_labels.values())]
         )
@@ -359,7 +374,8 @@ class PartitionedFederation(FederatedDataModule):
         if self.feature_transform != "resample":
             return []
         sizes = list(self.transform_args["sizes"])
-        order = np.random.default_rng(np.random.SeedSequence([self.hparams.seed, 3])).permutation(num_clients)
+        seed = cast(_PartitionedConfig, self.hparams).seed
+        order = np.random.default_rng(np.random.SeedSequence([seed, 3])).permutation(num_clients)
         dealt: list[Any] = [None] * num_clients
         for turn, client in enumerate(order):
             dealt[client] = sizes[turn % len(sizes)]
@@ -393,8 +409,9 @@ def _resolve_data(data: str | Callable[..., Pooled] | Pooled) -> tuple[Callable[
         return loader, unloaded
     if callable(data):
         return data, unloaded
-    if isinstance(data, Sequence) and len(data) == 2:
-        return None, (data[0], data[1])
+    pair: Pooled = data  # named, as mypy would bring `str` back into the type of `data` at the checks below
+    if isinstance(pair, Sequence) and len(pair) == 2:
+        return None, (pair[0], pair[1])
     raise ValueError(f"`data` must be a dataset name, an import path, a loader or an (x, y) pair; got {type(data)}")
 
 
@@ -402,7 +419,7 @@ def _check_arguments(
     federation: PartitionedFederation, num_clients: int | None, concept_shift_groups: int, num_classes: int | None
 ) -> None:
     """Check a :class:`PartitionedFederation`'s arguments, raising a ``ValueError`` that names the first bad one."""
-    config = federation.hparams
+    config = cast(_PartitionedConfig, federation.hparams)
     partition, transform = federation.partition, federation.feature_transform
     if partition not in PARTITIONS:
         raise ValueError(f"`partition` must be one of {sorted(PARTITIONS)}, got {partition!r}")

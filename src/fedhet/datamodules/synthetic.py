@@ -8,7 +8,7 @@ dimension.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal, Protocol, cast
 
 import numpy as np
 import torch
@@ -20,6 +20,39 @@ from fedhet.functional.feature_spaces import add_noise_features, random_linear_m
 from fedhet.functional.partition import shard_label_skew
 
 Imbalance = Literal["paper", "code", "none"]
+
+
+class _ToyConfig(Protocol):
+    """The arguments both toys keep in ``self.hparams`` (read by attribute)."""
+
+    num_clients: int
+    samples_per_class: int
+    test_samples_per_class: int
+    num_classes: int
+    classes_per_client: int
+    base_dim: int
+    mean_std: float
+    imbalance: Imbalance
+    val_fraction: float
+    batch_size: int
+    eval_batch_size: int
+    seed: int
+
+
+class _NoisyFeaturesConfig(_ToyConfig, Protocol):
+    """The ``self.hparams`` of :class:`NoisyFeaturesToy`."""
+
+    min_added: int
+    max_added: int
+    noise_std: float
+
+
+class _LinearMappingConfig(_ToyConfig, Protocol):
+    """The ``self.hparams`` of :class:`LinearMappingToy`."""
+
+    min_dim: int
+    max_dim: int
+    map_std: float
 
 
 class _FlicToy(FederatedDataModule):
@@ -67,7 +100,7 @@ class _FlicToy(FederatedDataModule):
             ValueError: when a class pool is too small for the clients that hold it.
 
         """
-        config = self.hparams
+        config = cast(_ToyConfig, self.hparams)
         streams = np.random.SeedSequence(config.seed).spawn(4)
         means_rng, pool_rng, subsample_rng = (np.random.default_rng(stream) for stream in streams[:3])
         transform_seeds = streams[3].generate_state(config.num_clients)
@@ -175,7 +208,7 @@ class NoisyFeaturesToy(_FlicToy):
         super().__init__()
         self.save_hyperparameters()
         _check_toy_arguments(
-            self.hparams,
+            cast(_ToyConfig, self.hparams),
             ("min_added", min_added >= 0, "non-negative"),
             ("max_added", min_added <= max_added, "at least min_added"),
             ("noise_std", noise_std >= 0, "non-negative"),
@@ -183,7 +216,7 @@ class NoisyFeaturesToy(_FlicToy):
 
     def _transform(self, features: Tensor, seed: int) -> tuple[Tensor, int | Tensor]:
         """Append the client's noise features; the draw is their number."""
-        config = self.hparams
+        config = cast(_NoisyFeaturesConfig, self.hparams)
         return add_noise_features(
             features, seed, min_added=config.min_added, max_added=config.max_added, noise_std=config.noise_std
         )
@@ -246,7 +279,7 @@ class LinearMappingToy(_FlicToy):
         super().__init__()
         self.save_hyperparameters()
         _check_toy_arguments(
-            self.hparams,
+            cast(_ToyConfig, self.hparams),
             ("min_dim", min_dim >= 1, "at least 1"),
             ("max_dim", min_dim <= max_dim, "at least min_dim"),
             ("map_std", map_std > 0, "positive"),
@@ -254,11 +287,11 @@ class LinearMappingToy(_FlicToy):
 
     def _transform(self, features: Tensor, seed: int) -> tuple[Tensor, int | Tensor]:
         """Map the client's features through its random matrix; the draw is the matrix."""
-        config = self.hparams
+        config = cast(_LinearMappingConfig, self.hparams)
         return random_linear_map(features, seed, min_dim=config.min_dim, max_dim=config.max_dim, std=config.map_std)
 
 
-def _check_toy_arguments(config: Any, *extra: tuple[str, bool, str]) -> None:
+def _check_toy_arguments(config: _ToyConfig, *extra: tuple[str, bool, str]) -> None:
     """Check a toy's arguments, raising a ``ValueError`` that names the first bad one.
 
     Args:

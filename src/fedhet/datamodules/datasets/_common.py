@@ -60,7 +60,7 @@ def vendored_bytes(name: str) -> bytes:
 
     """
     expected = VENDORED_SHA256[name]
-    raw = resources.files(__package__).joinpath("data", name).read_bytes()
+    raw = resources.files(__package__).joinpath("data").joinpath(name).read_bytes()
     found = hashlib.sha256(raw).hexdigest()
     if found != expected:
         raise OSError(f"bundled data file '{name}' has sha256 {found}, expected {expected}; reinstall fedhet")

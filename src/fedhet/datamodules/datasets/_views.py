@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from fedhet.datamodules.client import ClientDataModule
+from fedhet.datamodules.client import ClientDataModule, held_out_splits
 from fedhet.datamodules.datasets._common import class_shares, derived_seed, fit_standardizer
 from fedhet.functional.partition import split_indices
 
@@ -112,11 +112,7 @@ def build_view_clients(
         if settings.standardize:
             mean, scale = fit_standardizer(x[train])
             x = (x - mean) / scale
-        held_out = {}
-        for name, part in (("val", val), ("test", test)):
-            if len(part) > 0:
-                held_out[f"x_{name}"] = x[part]
-                held_out[f"y_{name}"] = y[part]
+        held_out = held_out_splits((x[val], y[val]), (x[test], y[test]))
         clients.append(
             ClientDataModule(
                 client_id,

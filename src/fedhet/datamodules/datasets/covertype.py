@@ -18,13 +18,13 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Protocol, cast
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from fedhet.datamodules.client import ClientDataModule
+from fedhet.datamodules.client import ClientDataModule, held_out_splits
 from fedhet.datamodules.datasets._common import data_root, fit_standardizer, parse_csv
 from fedhet.datamodules.federated import FederatedDataModule
 
@@ -219,6 +219,20 @@ def gl_features(x: Tensor) -> Tensor:
     return torch.cat([kept, zones, torch.zeros(len(x), 1)], dim=1)
 
 
+class _CovertypeConfig(Protocol):
+    """The arguments :class:`CovertypeFederation` keeps in ``self.hparams`` (read by attribute)."""
+
+    path: str | None
+    features: Literal["raw", "gl"]
+    standardize: bool
+    num_train: int
+    num_val: int
+    download: bool
+    batch_size: int
+    eval_batch_size: int
+    seed: int
+
+
 class CovertypeFederation(FederatedDataModule):
     """Covertype with one client per wilderness area: natural feature and label shift, fixed UCI splits.
 
@@ -286,7 +300,7 @@ class CovertypeFederation(FederatedDataModule):
     @property
     def feature_names(self) -> tuple[str, ...]:
         """The names of every client's feature columns."""
-        return GL_FEATURE_NAMES if self.hparams.features == "gl" else FEATURE_NAMES
+        return GL_FEATURE_NAMES if cast(_CovertypeConfig, self.hparams).features == "gl" else FEATURE_NAMES
 
     @property
     def split_rows(self) -> dict[str, dict[str, np.ndarray]]:
@@ -301,7 +315,7 @@ class CovertypeFederation(FederatedDataModule):
             one client per area, in the order of ``areas``.
 
         """
-        config = self.hparams
+        config = cast(_CovertypeConfig, self.hparams)
         data = load_covertype(config.path, download=config.download)
         x = gl_features(data.x) if config.features == "gl" else data.x
         scaled = slice(0, 10)  # "raw": the quantitative columns; "gl": all but the constant wilderness column
@@ -322,11 +336,7 @@ class CovertypeFederation(FederatedDataModule):
                 mean, scale = fit_standardizer(features["train"][:, scaled])
                 for part in features.values():
                     part[:, scaled] = (part[:, scaled] - mean) / scale
-            held_out = {}
-            for name in ("val", "test"):
-                if len(rows[name]) > 0:
-                    held_out[f"x_{name}"] = features[name]
-                    held_out[f"y_{name}"] = data.y[rows[name]]
+            held_out = held_out_splits((features["val"], data.y[rows["val"]]), (features["test"], data.y[rows["test"]]))
             clients.append(
                 ClientDataModule(
                     area,

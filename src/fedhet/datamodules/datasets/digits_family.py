@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from typing import Protocol, cast
 
 import numpy as np
 import torch
@@ -80,6 +81,18 @@ def load_digit_source(source: str) -> ImageData:
     raise ValueError(f"unknown digit source {source!r}; expected one of {list(DIGIT_SOURCES)}")
 
 
+class _DigitsFamilyConfig(Protocol):
+    """The arguments :class:`DigitsFamilyFederation` keeps in ``self.hparams`` (read by attribute)."""
+
+    flatten: bool
+    classes_per_client: int | None
+    val_fraction: float
+    test_fraction: float
+    batch_size: int
+    eval_batch_size: int
+    seed: int
+
+
 class DigitsFamilyFederation(FederatedDataModule):
     """One client per digit source, each with its own image size: the same 10 classes in different feature spaces.
 
@@ -138,7 +151,7 @@ class DigitsFamilyFederation(FederatedDataModule):
 
     def _holders(self, num_clients: int, seed: int) -> list[list[int]]:
         """For each class, the clients of one source that hold it."""
-        per_client = self.hparams.classes_per_client
+        per_client = cast(_DigitsFamilyConfig, self.hparams).classes_per_client
         if per_client is None:
             return [list(range(num_clients))] * len(DIGIT_CLASSES)
         order = np.random.default_rng(seed).permutation(len(DIGIT_CLASSES))
@@ -155,7 +168,7 @@ class DigitsFamilyFederation(FederatedDataModule):
             one client per entry of ``sources``, in that order.
 
         """
-        config = self.hparams
+        config = cast(_DigitsFamilyConfig, self.hparams)
         counts = Counter(self.sources)
         seen: Counter[str] = Counter()
         loaded = {source: load_digit_source(source) for source in counts}

@@ -26,13 +26,13 @@ import io
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
-from typing import Literal
+from typing import Literal, Protocol, cast
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from fedhet.datamodules.client import ClientDataModule
+from fedhet.datamodules.client import ClientDataModule, held_out_splits
 from fedhet.datamodules.datasets._common import fit_standardizer, holdout_split, vendored_bytes
 from fedhet.datamodules.federated import FederatedDataModule
 
@@ -248,6 +248,18 @@ def prepare_heart_features(
     return torch.cat(columns, dim=1).float(), tuple(names)
 
 
+class _HeartConfig(Protocol):
+    """The arguments :class:`HeartFederation` keeps in ``self.hparams`` (read by attribute)."""
+
+    missing: MissingStrategy
+    standardize: bool
+    test_fraction: float
+    val_fraction: float
+    batch_size: int
+    eval_batch_size: int
+    seed: int
+
+
 class HeartFederation(FederatedDataModule):
     """Naturally federated heart-disease data: one client per hospital or study, each with its own columns.
 
@@ -332,7 +344,7 @@ class HeartFederation(FederatedDataModule):
             one client per site, in the order of ``sites``.
 
         """
-        config = self.hparams
+        config = cast(_HeartConfig, self.hparams)
         clients = []
         for site in self.sites:
             data = load_heart(site)
@@ -341,11 +353,7 @@ class HeartFederation(FederatedDataModule):
             self._split_rows[site] = {"train": train, "val": val, "test": test}
             self._feature_names[site] = names
             part = {name: torch.from_numpy(rows) for name, rows in (("train", train), ("val", val), ("test", test))}
-            held_out = {}
-            for name in ("val", "test"):
-                if len(part[name]) > 0:
-                    held_out[f"x_{name}"] = x[part[name]]
-                    held_out[f"y_{name}"] = data.y[part[name]]
+            held_out = held_out_splits((x[part["val"]], data.y[part["val"]]), (x[part["test"]], data.y[part["test"]]))
             clients.append(
                 ClientDataModule(
                     site,

@@ -16,6 +16,7 @@ import importlib.util
 import os
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -40,7 +41,7 @@ FASHION_MNIST_CLASSES: tuple[str, ...] = (
 
 DIGIT_CLASSES: tuple[str, ...] = tuple(str(digit) for digit in range(10))
 
-_IDX_DTYPES = {
+_IDX_DTYPES: dict[int, np.dtype[Any]] = {
     0x08: np.dtype(np.uint8),
     0x09: np.dtype(np.int8),
     0x0B: np.dtype(">i2"),

@@ -12,6 +12,7 @@ activities).
 from __future__ import annotations
 
 from functools import cache
+from typing import Protocol, cast
 
 import numpy as np
 import torch
@@ -53,6 +54,22 @@ def load_sensor_series(dataset: str) -> tuple[list[np.ndarray], np.ndarray]:
     ]
     _, codes = np.unique(np.asarray(labels), return_inverse=True)
     return trials, codes.astype(np.int64)
+
+
+class _SensorConfig(Protocol):
+    """The arguments :class:`SensorCovarianceFederation` keeps in ``self.hparams`` (read by attribute)."""
+
+    dataset: str
+    num_clients: int
+    min_channels: int
+    max_channels: int
+    classes_per_client: int | None
+    shrinkage: float
+    val_fraction: float
+    test_fraction: float
+    batch_size: int
+    eval_batch_size: int
+    seed: int
 
 
 class SensorCovarianceFederation(FederatedDataModule):
@@ -120,9 +137,10 @@ class SensorCovarianceFederation(FederatedDataModule):
         return dict(self._montages)
 
     def _features(self, trials: list[np.ndarray], channels: np.ndarray, scale: np.ndarray) -> Tensor:
+        shrinkage = cast(_SensorConfig, self.hparams).shrinkage
         covariances = torch.stack(
             [
-                trial_covariances(torch.as_tensor(t[channels] / scale[channels, None])[None], self.hparams.shrinkage)[0]
+                trial_covariances(torch.as_tensor(t[channels] / scale[channels, None])[None], shrinkage)[0]
                 for t in trials
             ]
         )
@@ -130,7 +148,7 @@ class SensorCovarianceFederation(FederatedDataModule):
 
     def build_clients(self) -> list[ClientDataModule]:
         """Draw the montages and classes, share the trials and featurise each client's trials on its own channels."""
-        config = self.hparams
+        config = cast(_SensorConfig, self.hparams)
         trials, labels = load_sensor_series(config.dataset)
         channels, num_classes = SENSOR_DATASETS[config.dataset]
         scale = np.concatenate(trials, axis=1).std(axis=1)

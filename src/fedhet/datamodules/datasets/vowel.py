@@ -18,12 +18,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
+from typing import Protocol, cast
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from fedhet.datamodules.client import ClientDataModule
+from fedhet.datamodules.client import ClientDataModule, held_out_splits
 from fedhet.datamodules.datasets._common import derived_seed, fit_standardizer, parse_csv, vendored_bytes
 from fedhet.datamodules.federated import FederatedDataModule
 
@@ -103,6 +104,17 @@ def load_vowel() -> VowelData:
     )
 
 
+class _VowelConfig(Protocol):
+    """The arguments :class:`VowelFederation` keeps in ``self.hparams`` (read by attribute)."""
+
+    test_repetitions: int
+    val_repetitions: int
+    standardize: bool
+    batch_size: int
+    eval_batch_size: int
+    seed: int
+
+
 class VowelFederation(FederatedDataModule):
     """One client per speaker of the Deterding vowels: the same eleven classes everywhere, each voice its own shift.
 
@@ -171,9 +183,10 @@ class VowelFederation(FederatedDataModule):
             ``(test, val)`` repetition indices, each sorted.
 
         """
-        order = np.random.default_rng(derived_seed(self.hparams.seed, speaker)).permutation(REPETITIONS)
-        test, val = order[: self.hparams.test_repetitions], order[self.hparams.test_repetitions :]
-        return tuple(sorted(test.tolist())), tuple(sorted(val[: self.hparams.val_repetitions].tolist()))
+        config = cast(_VowelConfig, self.hparams)
+        order = np.random.default_rng(derived_seed(config.seed, speaker)).permutation(REPETITIONS)
+        test, val = order[: config.test_repetitions], order[config.test_repetitions :]
+        return tuple(sorted(test.tolist())), tuple(sorted(val[: config.val_repetitions].tolist()))
 
     def build_clients(self) -> list[ClientDataModule]:
         """Split each speaker's utterances by repetition and build the clients.
@@ -182,7 +195,7 @@ class VowelFederation(FederatedDataModule):
             the clients ``speaker_00`` ... in the order of ``speakers``.
 
         """
-        config = self.hparams
+        config = cast(_VowelConfig, self.hparams)
         data = load_vowel()
         clients = []
         for speaker in self.speakers:
@@ -195,11 +208,8 @@ class VowelFederation(FederatedDataModule):
             if config.standardize:
                 mean, scale = fit_standardizer(data.x[train])
                 x = (data.x - mean) / scale
-            held_out = {}
-            for name, part in (("val", mine & held_val), ("test", mine & held_test)):
-                if part.any():
-                    held_out[f"x_{name}"] = x[part]
-                    held_out[f"y_{name}"] = data.y[part]
+            val, test = mine & held_val, mine & held_test
+            held_out = held_out_splits((x[val], data.y[val]), (x[test], data.y[test]))
             clients.append(
                 ClientDataModule(
                     f"speaker_{speaker:02d}",
