@@ -11,7 +11,7 @@ from fedhet.core.statistics import CLASSIFIER, STAT_PREFIX, anchor_key
 from fedhet.datamodules import HybridFederation
 from fedhet.functional import matched_average, project_classifier, weighted_mean
 from fedhet.functional.matching import Classifier
-from fedhet.modules import HyFEM
+from fedhet.modules import HybridBody, HyFEM
 from fedhet.plugins import ClientUpdate, ServerState
 
 TABLE = {
@@ -43,7 +43,7 @@ def local(update):
 
 
 def test_first_anchors_are_the_identity_projection_of_the_server(stub):
-    callback = ModelMatching(extractor_dims=[5], hidden_dim=4, server_hidden_dim=6)
+    callback = ModelMatching(body=HybridBody, extractor_dims=[5], hidden_dim=4, server_hidden_dim=6)
     callback.on_federation_start(stub, None)
     server = callback.server.state_dict()
     assert list(callback.server["body"].extractors) == ["v0", "v1", "v2"]
@@ -56,7 +56,7 @@ def test_first_anchors_are_the_identity_projection_of_the_server(stub):
 
 
 def test_extractors_are_averaged_per_block_and_classifiers_by_matching(stub):
-    callback = ModelMatching(extractor_dims=[5], hidden_dim=4, matching=False)
+    callback = ModelMatching(body=HybridBody, extractor_dims=[5], hidden_dim=4, matching=False)
     callback.on_federation_start(stub, None)
     before = {n: v.clone() for n, v in callback.server.state_dict().items()}
     updates = [upload(stub, "a", 0), upload(stub, "c", 1)]  # nobody uploads v2
@@ -79,13 +79,13 @@ def test_extractors_are_averaged_per_block_and_classifiers_by_matching(stub):
 
 
 def test_state_round_trips_through_a_weights_only_checkpoint(stub):
-    callback = ModelMatching(extractor_dims=[5], hidden_dim=4)
+    callback = ModelMatching(body=HybridBody, extractor_dims=[5], hidden_dim=4)
     callback.on_federation_start(stub, None)
     callback.on_aggregate_end(stub, 0, stub.server_state, [upload(stub, c, k) for k, c in enumerate(TABLE)])
     buffer = io.BytesIO()
     torch.save(callback.state_dict(), buffer)
     buffer.seek(0)
-    restored = ModelMatching(extractor_dims=[5], hidden_dim=4)
+    restored = ModelMatching(body=HybridBody, extractor_dims=[5], hidden_dim=4)
     restored.load_state_dict(torch.load(buffer, weights_only=True))
     restored.on_federation_start(stub, None)
     assert all(torch.equal(restored.perms[c], callback.perms[c]) for c in TABLE)
@@ -94,7 +94,7 @@ def test_state_round_trips_through_a_weights_only_checkpoint(stub):
 
 
 def test_global_evaluation_uses_the_full_feature_samples(stub, tiny_federation):
-    callback = ModelMatching(extractor_dims=[5], hidden_dim=4)
+    callback = ModelMatching(body=HybridBody, extractor_dims=[5], hidden_dim=4)
     metrics = {}
     callback.on_evaluation_end(stub, "test", 0, metrics)
     x, y = stub.datamodule.global_dataloader("test").dataset.x, stub.datamodule.global_dataloader("test").dataset.y
@@ -104,5 +104,5 @@ def test_global_evaluation_uses_the_full_feature_samples(stub, tiny_federation):
     assert metrics["test/global_acc"] == pytest.approx(float((logits.argmax(1) == y).float().mean()))
     assert metrics["test/global_loss"] == pytest.approx(float(torch.nn.functional.cross_entropy(logits, y)), rel=1e-5)
     plain = {}
-    ModelMatching().on_evaluation_end(SimpleNamespace(datamodule=tiny_federation), "val", 0, plain)
+    ModelMatching(body=HybridBody).on_evaluation_end(SimpleNamespace(datamodule=tiny_federation), "val", 0, plain)
     assert plain == {}  # a federation without full-feature samples gets no global metrics

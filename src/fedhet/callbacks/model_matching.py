@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 import torch.nn.functional as F
@@ -16,7 +16,19 @@ from fedhet.core.seeding import derive_seed, seeded
 from fedhet.core.statistics import CLASSIFIER, EXTRACTORS, STAT_PREFIX, anchor_key
 from fedhet.functional.aggregation import weighted_mean
 from fedhet.functional.matching import Classifier, CostMode, matching_objective, model_matching, project_classifier
-from fedhet.modules.hyfem_nets import HybridBody, client_blocks
+
+
+@runtime_checkable
+class BlockBody(Protocol):
+    """What the server model's body must offer: a module over feature blocks that locates each block's features."""
+
+    def feature_columns(self, blocks: Sequence[str]) -> Tensor:
+        """Positions, in the body's concatenated extractor outputs, of the features of ``blocks`` (in that order)."""
+        ...
+
+
+BodyFactory = Callable[[Mapping[str, int], Sequence[int], int], nn.Module]
+"""Builds a body from ``(block widths, extractor widths, hidden width)``, e.g. :class:`~fedhet.modules.HybridBody`."""
 
 
 class ModelMatching(FederatedCallback):
@@ -40,6 +52,9 @@ class ModelMatching(FederatedCallback):
     whose matching changed).
 
     Args:
+        body: builds the server model's body from ``(block widths, extractor widths, hidden width)``: the clients'
+            network class (:class:`~fedhet.modules.HybridBody`, which :class:`~fedhet.modules.HyFEM` passes), so
+            the server's extractors and classifier are shaped and named as the clients'.
         extractor_dims: hidden widths of every block's extractor (as the clients').
         hidden_dim: the clients' classifier hidden width :math:`H_m`.
         server_hidden_dim: the server's :math:`H_0`; ``hidden_dim`` when ``None``.
@@ -51,6 +66,7 @@ class ModelMatching(FederatedCallback):
 
     def __init__(
         self,
+        body: BodyFactory,
         extractor_dims: Sequence[int] = (32,),
         hidden_dim: int = 64,
         server_hidden_dim: int | None = None,
@@ -58,6 +74,7 @@ class ModelMatching(FederatedCallback):
         passes: int | None = None,
         cost: CostMode = "exact",
     ) -> None:
+        self.body = body
         self.extractor_dims = tuple(extractor_dims)
         self.hidden_dim = hidden_dim
         self.server_hidden_dim = server_hidden_dim or hidden_dim
@@ -79,14 +96,18 @@ class ModelMatching(FederatedCallback):
             return False
         datamodule = trainer.datamodule
         specs = datamodule.specs
-        self._blocks = {cid: list(client_blocks(spec)) for cid, spec in specs.items()}
+        self._blocks = {cid: list(spec.block_widths) for cid, spec in specs.items()}
         widths = dict(getattr(datamodule, "block_widths", None) or {})
         for spec in specs.values():
-            for name, width in client_blocks(spec).items():
+            for name, width in spec.block_widths.items():
                 widths.setdefault(name, width)
         num_classes = next(iter(specs.values())).num_classes
         with seeded(derive_seed(trainer.seed, "hyfem", "server")):
-            body = HybridBody(widths, self.extractor_dims, self.server_hidden_dim)
+            body = self.body(widths, self.extractor_dims, self.server_hidden_dim)
+            if not isinstance(body, BlockBody):
+                raise TypeError(
+                    f"ModelMatching: field 'body' built a {type(body).__name__}, which has no feature_columns(blocks)"
+                )
             self.server = nn.ModuleDict({"body": body, "head": nn.Linear(self.server_hidden_dim, num_classes)})
         self._cols = {cid: body.feature_columns(blocks) for cid, blocks in self._blocks.items()}
         if self._pending is not None:

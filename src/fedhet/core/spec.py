@@ -73,6 +73,17 @@ class ClientSpec:
         """Number of input features of one flattened sample."""
         return math.prod(self.input_shape)
 
+    @property
+    def block_widths(self) -> dict[str, int]:
+        """The client's feature blocks and their widths in its feature order; one block ``"input"`` when it names none.
+
+        Example:
+            >>> ClientSpec("a", (5,), num_classes=2).block_widths
+            {'input': 5}
+
+        """
+        return dict(self.feature_blocks) or {"input": self.input_dim}
+
     def architecture_key(self) -> Hashable:
         """What two clients must share to be able to use identically shaped layers by default."""
         return (self.input_shape, tuple(self.feature_blocks.items()), self.num_classes)

@@ -25,7 +25,7 @@ from fedhet.core.statistics import EXTRACTORS, STAT_PREFIX, anchor_key
 from fedhet.functional.matching import CostMode
 from fedhet.functional.proximal import proximal_penalty
 from fedhet.modules.classifier import FederatedClassifier
-from fedhet.modules.hyfem_nets import HybridBody, client_blocks
+from fedhet.modules.hyfem_nets import HybridBody
 
 
 class HyFEM(FederatedClassifier):
@@ -109,7 +109,7 @@ class HyFEM(FederatedClassifier):
     # ---------------------------------------------------------------- layers
     def build_body(self, spec: ClientSpec) -> tuple[nn.Module, int]:
         """Extractors for the client's blocks and the classifier's hidden layer; the base adds the output layer."""
-        return HybridBody(client_blocks(spec), self.hidden_dims, self.hidden_dim), self.hidden_dim
+        return HybridBody(spec.block_widths, self.hidden_dims, self.hidden_dim), self.hidden_dim
 
     def configure_model(self) -> None:
         """Build the client model (once), with anchor buffers equal to its initial parameters."""
@@ -131,6 +131,7 @@ class HyFEM(FederatedClassifier):
 
         return [
             ModelMatching(
+                body=HybridBody,
                 extractor_dims=self.hidden_dims,
                 hidden_dim=self.hidden_dim,
                 server_hidden_dim=self.server_hidden_dim,

@@ -13,13 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from fedhet.core import ClientSpec
 from fedhet.modules.blocks import mlp
-
-
-def client_blocks(spec: ClientSpec) -> dict[str, int]:
-    """The client's feature blocks and widths in its feature order; one block ``"input"`` when it names none."""
-    return dict(spec.feature_blocks) or {"input": spec.input_dim}
 
 
 class HybridBody(nn.Module):
