@@ -21,38 +21,51 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def launch_two_nodes(config: Path, root: Path) -> list[tuple[int, str]] | None:
-    """Both torchrun "machines" on a fresh rendezvous port: their exit codes and outputs, or None if they hung."""
+def launch_two_nodes(config: Path, root: Path) -> tuple[list[tuple[int, str]] | None, list[str]]:
+    """Both torchrun "machines" on a fresh rendezvous port: their exit codes and outputs (None if they hung), and
+    what each had printed (kept in files, so a hang still says where each agent was)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
     rendezvous = ["--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d"]
     rendezvous += ["--rdzv-endpoint", f"127.0.0.1:{free_port()}", "--rdzv-id", "fedhet-test"]
     rendezvous += ["--local-addr", "127.0.0.1"]
     fit = ["-m", "fedhet", "fit", "-c", str(config), "--trainer.num_nodes", "2", "--trainer.devices", "1"]
     fit += ["--trainer.default_root_dir", str(root)]
-    cmd = [sys.executable, "-m", "torch.distributed.run", *rendezvous, *fit]
-    # one torchrun per "machine": each would run on its own host with the same command
-    nodes = [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for _ in range(2)]
+    root.mkdir(parents=True, exist_ok=True)
+    logs = [root / f"node{rank}.log" for rank in range(2)]
+    # one torchrun per "machine": each would run on its own host with the same command; on one host both would take
+    # themselves for the store's host, so the first is told it is and the second that it is not
+    nodes = []
+    for rank, log in enumerate(logs):
+        host = ["--rdzv-conf", f"is_host={int(rank == 0)}"]
+        cmd = [sys.executable, "-m", "torch.distributed.run", *rendezvous, *host, *fit]
+        with log.open("wb") as out:
+            nodes.append(subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT))
     try:
-        outputs = [node.communicate(timeout=150)[0].decode() for node in nodes]
-        return [(node.returncode, output) for node, output in zip(nodes, outputs, strict=True)]
+        for node in nodes:
+            node.wait(timeout=150)
+        results = [(node.returncode, log.read_text()) for node, log in zip(nodes, logs, strict=True)]
     except subprocess.TimeoutExpired:
-        return None
+        results = None
     finally:
         for node in nodes:
             node.kill()
+    return results, [log.read_text()[-2000:] for log in logs]
 
 
 def run_two_nodes(tmp_path: Path, model: str, rounds: int) -> list[dict]:
     config = tmp_path / f"{model}_nodes.yaml"
     config.write_text(CONFIG.format(model=model, rounds=rounds, full_last="true", dropout=0.1))
-    # a rare hang of the two agents' c10d rendezvous on one loopback host (seen once in ~4 runs of this suite, cause
-    # not found; a run that gets past the rendezvous takes ~15 s): one retry on a new port and a new run folder
+    # a rare hang of the two-node launch on one loopback host (seen once in ~4 runs of this suite before the store's
+    # host was named explicitly; a run that gets past the rendezvous takes ~15 s): one retry on a new port and a new
+    # run folder, and what each agent printed if both hang
+    hung: list[str] = []
     for attempt in range(2):
         root = tmp_path / f"nodes_{attempt}"
-        results = launch_two_nodes(config, root)
+        results, printed = launch_two_nodes(config, root)
         if results is not None:
             break
-    assert results is not None, "both attempts of the two-node launch hung"
+        hung += [f"attempt {attempt}, node {rank}:\n{text}" for rank, text in enumerate(printed)]
+    assert results is not None, "both attempts of the two-node launch hung:\n" + "\n".join(hung)
     for returncode, output in results:
         assert returncode == 0, output[-3000:]
     assert any("Starting with 2 processes" in output for _, output in results)
