@@ -157,22 +157,20 @@ def _check_averaged(models: Sequence[torch.nn.Module]) -> None:
             raise RuntimeError("the reference's global layers differ between clients after its last averaging")
 
 
-def run_reference(
-    checkout: Path, clients: Sequence[HeartClient], seed: int, epochs: int, batches: int, federate: bool
-) -> tuple[dict[str, dict[str, float]], float]:
-    """Train the reference's GL (``federate=True``: layers 2-4 averaged once per epoch) or Local, then test.
+@contextlib.contextmanager
+def reference_trainer(
+    checkout: Path, clients: Sequence[HeartClient], seed: int, batches: int, federate: bool
+) -> Iterator[Any]:
+    """The reference's ``Trainer`` for ``clients`` (GL with ``federate=True``, else Local), not yet trained.
 
-    Returns:
-        ``{client: {metric: value}}`` from the reference's own ``Trainer.test`` (torcheval), and CPU seconds per
-        epoch (= round) of its training loop, validation pass included.
-
+    Built as :func:`run_reference` builds it; its prints are swallowed while it is open.
     """
     with _imported(checkout) as (train, _), tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / "run").mkdir()  # where its test() writes a summary
         train.get_tensorboard = lambda *args: _SilentWriter(f"{tmp}/run/tb/")
         train.multiline_tqdm = lambda *args, **kwargs: _SilentBar()
         with contextlib.redirect_stdout(io.StringIO()):
-            trainer = train.Trainer(
+            yield train.Trainer(
                 run_description=f"parity_{seed}",
                 batches=batches,
                 ee_dim=16,
@@ -191,12 +189,25 @@ def run_reference(
                 weight_decay=1e-4,
                 name="heart",
             )
-            start = time.process_time()
-            trainer.train(epochs)
-            cpu = (time.process_time() - start) / epochs
-            scores = trainer.test()
-        if federate:
-            _check_averaged(list(trainer.models.values()))
+
+
+def run_reference(
+    checkout: Path, clients: Sequence[HeartClient], seed: int, epochs: int, batches: int, federate: bool
+) -> tuple[dict[str, dict[str, float]], float]:
+    """Train the reference's GL (``federate=True``: layers 2-4 averaged once per epoch) or Local, then test.
+
+    Returns:
+        ``{client: {metric: value}}`` from the reference's own ``Trainer.test`` (torcheval), and CPU seconds per
+        epoch (= round) of its training loop, validation pass included.
+
+    """
+    with reference_trainer(checkout, clients, seed, batches, federate) as trainer:
+        start = time.process_time()
+        trainer.train(epochs)
+        cpu = (time.process_time() - start) / epochs
+        scores = trainer.test()
+    if federate:
+        _check_averaged(list(trainer.models.values()))
     return {cid: {m: float(scores[cid][m]) for m in METRICS} for cid in scores}, cpu
 
 

@@ -11,6 +11,7 @@ personalised model: shared part from the server, personal part as the method lea
 from __future__ import annotations
 
 import argparse
+import re
 import statistics
 import sys
 import time
@@ -284,13 +285,15 @@ def write_results(
     """The side-by-side table (``benchmarks/results/<name>.{csv,md}``) with the setting and the references used.
 
     ``references`` maps each reference's name to its checkout; the footer names their commits, and the recorded
-    command shows ``<name checkout>`` instead of the checkout's path on this machine.
+    command shows ``<name checkout>`` instead of the checkout's path on this machine (and ``<runs root>`` for an
+    absolute ``--root``).
     """
     import csv
 
     env = environment()
     for kind, path in references.items():
         env["command"] = env["command"].replace(str(path), f"<{kind} checkout>")
+    env["command"] = re.sub(r"--root /\S+", "--root <runs root>", env["command"])
     used = "; ".join(f"{kind} at commit {git_commit(path)}" for kind, path in references.items()) or "none"
 
     text = write_table(

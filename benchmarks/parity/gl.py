@@ -22,6 +22,10 @@ Run from the repository root, e.g.::
     nice -n 19 python benchmarks/parity/gl.py --reference-dir ../gl --seeds $(seq 0 19)
 
 Writes ``benchmarks/results/parity_gl.{md,csv}`` and ``parity_gl_runs.csv`` (one row per run, client and metric).
+With ``--reference-start`` fedhet's GL starts as the reference's does (each client's first epoch from the global layers
+of its own build, :class:`ReferenceStart`) and the files are ``parity_gl_refstart*``, e.g.::
+
+    nice -n 19 python benchmarks/parity/gl.py --reference-dir ../gl --reference-start --methods GL --seeds $(seq 0 39)
 """
 
 from __future__ import annotations
@@ -30,8 +34,10 @@ import argparse
 import csv
 import statistics
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -39,8 +45,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _harness import RoundClock, git_commit, record, recorded, reference_kind  # noqa: E402, I001  (puts benchmarks/ on the path)
 from _common import environment, quiet_trainer, write_table  # noqa: E402
-from _gl_authors import METRICS, HeartClient, fedhet_state, reference_model, run_reference  # noqa: E402
+from _gl_authors import (  # noqa: E402
+    METRICS,
+    HeartClient,
+    fedhet_state,
+    reference_model,
+    reference_trainer,
+    run_reference,
+)
 
+from fedhet.callbacks.base import FederatedCallback  # noqa: E402
+from fedhet.core import ClientState  # noqa: E402
 from fedhet.core.spec import ClientSpec  # noqa: E402
 from fedhet.datamodules.datasets.heart import GL_SITES, HeartFederation  # noqa: E402
 from fedhet.modules.global_layers import GlobalLayers  # noqa: E402
@@ -88,14 +103,41 @@ def heart_clients(seed: int) -> list[HeartClient]:
     return clients
 
 
-def run_fedhet(method: str, seed: int, epochs: int, batches: int, root: Path) -> HeartRun:
+class ReferenceStart(FederatedCallback):
+    """The reference's start in fedhet: each client's first epoch from its own build's global layers, then the mean.
+
+    The reference builds every client's model right after re-seeding torch with the run seed, but the draws taken
+    before ``layer2`` (one ``Linear(1, E)`` per column, ``layer1`` of ``F * E`` inputs) depend on the client's number
+    of columns, so its clients' global layers start from independent draws and agree only after the first averaging.
+    fedhet builds one module per client architecture under one seed too, and a client's personal layers come from
+    that same build (``personal_init="shared"``), so giving each client its own build's global layers in round 0 (the
+    server's per-client payload, dropped once round 0 is averaged) starts every client from one whole build of its
+    own, as the reference does. Only for this comparison: fedhet's GL starts every client from one initialisation.
+    """
+
+    def on_federation_start(self, trainer: Any, module: torch.nn.Module) -> None:
+        """Round 0's payload of each client: the global layers of its own architecture's build."""
+        for cid in trainer.client_ids:
+            own = trainer.context.slot(cid).module.shared_state_dict()
+            trainer.server_state.per_client[cid] = {name: value.detach().cpu().clone() for name, value in own.items()}
+
+    def on_aggregate_end(self, trainer: Any, round_idx: int, server_state: Any, updates: Any) -> None:
+        """From round 1 on every client loads the averaged global layers."""
+        server_state.per_client.clear()
+
+
+def run_fedhet(
+    method: str, seed: int, epochs: int, batches: int, root: Path, reference_start: bool = False
+) -> HeartRun:
     """GL or Local in fedhet, with the reference's schedule (``aggregate_every="epoch"``), tested after the last round.
 
+    ``reference_start``: GL's first epoch starts each client from its own global layers (:class:`ReferenceStart`).
     CPU seconds per round leave out the last round, which also evaluates every client.
     """
     torch.manual_seed(seed)
     clock = RoundClock()
-    trainer = quiet_trainer(epochs, seed, root / f"{method}_{seed}", log_per_client=True, callbacks=[clock])
+    callbacks: list[Any] = [clock, *([ReferenceStart()] if reference_start and GLOBAL[method] else [])]
+    trainer = quiet_trainer(epochs, seed, root / f"{method}_{seed}", log_per_client=True, callbacks=callbacks)
     model = GlobalLayers(global_modules=GLOBAL[method], width=128, batches_per_epoch=batches, aggregate_every="epoch")
     data = HeartFederation(sites=GL_SITES, missing="code", seed=seed)
     trainer.fit(model, data)
@@ -138,6 +180,73 @@ def same_start_gap(checkout: Path, client: HeartClient, seed: int, epochs: int, 
     ours.eval()
     with torch.no_grad():
         return float((theirs(client.parts["test"][0]) - ours(client.parts["test"][0])).abs().max())
+
+
+class _EpochBatches:
+    """The reference's training loader stand-in: its ``e``-th pass yields epoch ``e``'s fixed batches."""
+
+    def __init__(self, epochs: list[list[tuple[torch.Tensor, torch.Tensor]]]) -> None:
+        self.epochs, self.passes = epochs, 0
+
+    def __iter__(self) -> Any:
+        self.passes += 1
+        return iter(self.epochs[self.passes - 1])
+
+
+def same_start_federation_gap(checkout: Path, seed: int, epochs: int, batches: int) -> list[dict[str, float]]:
+    """Largest test-logit gap per client after each epoch of the whole GL federation, one start, one batch stream.
+
+    The reference's ``Trainer`` (averaging, AdamW states, its epoch loop with its validation pass) and fedhet's
+    ``FederatedTrainer`` (``aggregate_every="epoch"``) start from the reference's initial models, each client from
+    its own (global layers included, as the reference starts: :class:`ReferenceStart`'s per-client round-0 payload),
+    and each client trains on the same fixed batches of ``floor(n / batches)`` rows in each epoch.
+    """
+    clients = heart_clients(seed)
+    generator = torch.Generator().manual_seed(seed)
+    fixed: dict[str, list[list[tuple[torch.Tensor, torch.Tensor]]]] = {}
+    for client in clients:
+        x, y = client.parts["train"]
+        size = len(x) // batches
+        fixed[client.client_id] = []
+        for _ in range(epochs):
+            order = torch.randperm(len(x), generator=generator)
+            rows = [order[b * size : (b + 1) * size] for b in range(batches)]
+            fixed[client.client_id].append([(x[r], y[r]) for r in rows])
+    tests = {client.client_id: client.parts["test"][0] for client in clients}
+    theirs: list[dict[str, torch.Tensor]] = []
+    with reference_trainer(checkout, clients, seed, batches, federate=True) as trainer:
+        start = {cid: fedhet_state(model) for cid, model in trainer.models.items()}
+        for cid in trainer.models:
+            trainer.trains[cid] = _EpochBatches(fixed[cid])
+        for _ in range(epochs):
+            trainer.train(1)
+            with torch.no_grad():
+                theirs.append({cid: model(tests[cid]) for cid, model in trainer.models.items()})
+
+    ours: list[dict[str, torch.Tensor]] = []
+
+    class SameStart(FederatedCallback):
+        def on_federation_start(self, trainer: Any, module: torch.nn.Module) -> None:
+            shared = trainer.server_state.shared
+            for cid in trainer.client_ids:
+                trainer.server_state.per_client[cid] = {name: start[cid][name].clone() for name in shared}
+                trainer.store[cid] = ClientState({n: v.clone() for n, v in start[cid].items() if n not in shared})
+                batches_of = _EpochBatches(fixed[cid])
+                trainer.context.client_data(cid).train_dataloader = lambda b=batches_of: b
+
+        def on_aggregate_end(self, trainer: Any, round_idx: int, server_state: Any, updates: Any) -> None:
+            server_state.per_client.clear()
+
+        def on_round_end(self, trainer: Any, round_idx: int, metrics: dict[str, float]) -> None:
+            with torch.no_grad():
+                ours.append({cid: trainer.client_module(cid)(tests[cid]) for cid in trainer.client_ids})
+
+    torch.manual_seed(seed)
+    with tempfile.TemporaryDirectory() as root:
+        federation = quiet_trainer(epochs, seed, root, callbacks=[SameStart()])
+        model = GlobalLayers(width=128, batches_per_epoch=batches, aggregate_every="epoch")
+        federation.fit(model, HeartFederation(sites=GL_SITES, missing="code", seed=seed))
+    return [{cid: float((a[cid] - b[cid]).abs().max()) for cid in a} for a, b in zip(theirs, ours, strict=True)]
 
 
 def logged_scores(checkout: Path, method: str) -> dict[int, Scores]:
@@ -249,22 +358,40 @@ NOTES = [
     " stream).",
 ]
 
+REFERENCE_START_NOTE = [
+    "",
+    "fedhet's GL here starts as the reference does (`--reference-start`, `ReferenceStart`): in the first epoch every"
+    " client trains from the global layers of its own build (the reference's clients draw theirs independently: the"
+    " draws before layer2 depend on the client's number of columns), and from the first averaging on from the mean."
+    " fedhet's own GL starts every client from one initialisation of the global layers (`parity_gl.md`).",
+]
+
 
 def write_results(
-    runs: list[HeartRun], references: dict[str, Path], epochs: int, batches: int, gaps: dict[str, tuple[float, ...]]
+    runs: list[HeartRun],
+    references: dict[str, Path],
+    epochs: int,
+    batches: int,
+    gaps: dict[str, tuple[float, ...]],
+    federation_gaps: list[dict[str, float]] | None = None,
+    reference_start: bool = False,
 ) -> str:
     """The side-by-side table (``results/parity_gl.{md,csv}``) and every run's scores (``parity_gl_runs.csv``).
 
-    ``gaps``: :func:`same_start_gap` per client (seed 0) after one epoch and after ``epochs``, in the notes.
+    ``gaps``: :func:`same_start_gap` per client (seed 0) after one epoch and after ``epochs``, in the notes;
+    ``federation_gaps``: :func:`same_start_federation_gap` (seed 0) per epoch. With ``reference_start`` the files are
+    ``parity_gl_refstart*`` and fedhet's GL runs started as the reference does (:class:`ReferenceStart`).
     """
+    name = f"{NAME}_refstart" if reference_start else NAME
     reference = "GL authors"
     env = environment()
     for kind, path in references.items():
         env["command"] = env["command"].replace(str(path), f"<{kind} checkout>")
     used = "; ".join(f"{kind} at commit {git_commit(path)}" for kind, path in references.items()) or "none"
     text = write_table(
-        NAME,
-        "Global Layers parity: fedhet vs the authors' code (heart)",
+        name,
+        "Global Layers parity: fedhet vs the authors' code (heart)"
+        + (", fedhet started as the reference starts" if reference_start else ""),
         table_rows(
             runs, reference, {m: logged_scores(references[reference], m) for m in GLOBAL if reference in references}
         ),
@@ -285,6 +412,7 @@ def write_results(
             f"References: {used}.",
             "",
             *NOTES,
+            *(REFERENCE_START_NOTE if reference_start else []),
             *(
                 [
                     "",
@@ -297,10 +425,28 @@ def write_results(
                 if gaps
                 else []
             ),
+            *(
+                [
+                    "",
+                    "The whole GL federation from one start (`same_start_federation_gap`, seed 0): the reference's"
+                    " `Trainer` and fedhet's `FederatedTrainer` from the reference's initial models (each client's"
+                    " own, global layers included) on the same batches, averaging once per epoch; largest test-logit"
+                    " difference after epochs "
+                    + ", ".join(str(e + 1) for e in range(len(federation_gaps)))
+                    + ": "
+                    + "; ".join(
+                        f"{cid} " + " / ".join(f"{gap[cid]:.0e}" for gap in federation_gaps)
+                        for cid in federation_gaps[0]
+                    )
+                    + ".",
+                ]
+                if federation_gaps
+                else []
+            ),
         ],
         env=env,
     )
-    runs_csv = Path(__file__).resolve().parents[1] / "results" / f"{NAME}_runs.csv"
+    runs_csv = Path(__file__).resolve().parents[1] / "results" / f"{name}_runs.csv"
     with runs_csv.open("w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["implementation", "method", "seed", "client", "metric", "value", "cpu_per_round"])
@@ -321,27 +467,42 @@ def main() -> None:
     parser.add_argument("--sides", nargs="+", default=None, help="run only these sides: fedhet, 'GL authors'")
     parser.add_argument("--root", type=Path, default=Path("fedhet_runs/parity"), help="fedhet's run folders")
     parser.add_argument("--table-only", action="store_true", help="write the table from the runs recorded under --root")
+    parser.add_argument("--methods", nargs="+", default=list(GLOBAL), choices=list(GLOBAL), help="methods to run")
+    parser.add_argument(
+        "--reference-start",
+        action="store_true",
+        help="fedhet's GL starts each client from its own global layers, as the reference does (ReferenceStart);"
+        " runs are recorded as parity_gl_refstart and written to results/parity_gl_refstart*",
+    )
     args = parser.parse_args()
+    name = f"{NAME}_refstart" if args.reference_start else NAME
     torch.set_num_threads(1)
     references = {reference_kind(path, KINDS): path for path in args.reference_dir}
     sides = set(args.sides or ["fedhet", *references])
     for seed in [] if args.table_only else args.seeds:
         clients = heart_clients(seed)
-        for method in GLOBAL:
+        for method in args.methods:
             if "fedhet" in sides:
-                record(run_fedhet(method, seed, args.epochs, args.batches, args.root), args.root, NAME)
+                run = run_fedhet(method, seed, args.epochs, args.batches, args.root, args.reference_start)
+                record(run, args.root, name)
             if "GL authors" in references and "GL authors" in sides:
                 scores, cpu = run_reference(
                     references["GL authors"], clients, seed, args.epochs, args.batches, federate=method == "GL"
                 )
-                record(HeartRun("GL authors", method, seed, scores, cpu), args.root, NAME)
-    gaps = {}
+                record(HeartRun("GL authors", method, seed, scores, cpu), args.root, name)
+    gaps, federation_gaps = {}, None
     if "GL authors" in references:
         for client in heart_clients(0):
             gaps[client.client_id] = tuple(
                 same_start_gap(references["GL authors"], client, 0, epochs, args.batches) for epochs in (1, args.epochs)
             )
-    print(write_results(recorded(args.root, NAME, HeartRun), references, args.epochs, args.batches, gaps))
+        federation_gaps = same_start_federation_gap(references["GL authors"], 0, args.epochs, args.batches)
+    runs = recorded(args.root, name, HeartRun)
+    print(
+        write_results(
+            runs, references, args.epochs, args.batches, gaps, federation_gaps, reference_start=args.reference_start
+        )
+    )
 
 
 if __name__ == "__main__":
