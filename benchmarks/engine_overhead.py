@@ -30,10 +30,18 @@ What is compared:
     either side takes the same number of optimizer steps per round; it raises otherwise, so a ratio never compares
     different work.
 
-The data:
-    Synthetic tabular clients: 32 standard-normal features, 10 classes, a uniformly drawn 50-100 training samples
-    each (so 2-4 steps of batch size 32 per client and round), no validation or test split, all drawn from one
-    seeded generator. The same federation serves both sides and every repeat.
+The workloads (``--workload``):
+    * ``tiny`` (default; framework overhead): synthetic tabular clients, 32 standard-normal features, 10 classes, a
+      uniformly drawn 50-100 training samples each (so 2-4 steps of batch size 32 per client and round), no
+      validation or test split, all drawn from one seeded generator; ``FedAvg(hidden_dims=[64], lr=0.05)``. A
+      client's compute is about a millisecond, so the ratio measures the engine's cost per client.
+    * ``cnn`` (realistic): the FedPAC paper's Fashion-MNIST recipe (Xu, Tong & Huang, ICLR 2023) on synthetic
+      standard-normal 1 x 28 x 28 images: 600 training samples per client, its CNN (``FedAvg(network="cnn")``;
+      the reference builds the same layers from ``fedhet.modules.fedpac_nets.cnn28_body``), E = 5 epochs of batch 50
+      (60 steps per client and round), SGD lr 0.01, momentum 0.5, weight decay 5e-4; the reference clears its one
+      optimizer's momenta before each client (fedhet gives each client a fresh optimizer state). No stacked side
+      (the vmap reference trains one epoch). Results go to ``engine_overhead_cnn.{csv,md}``.
+    The same federation serves both sides and every repeat.
 
 How time is measured:
     Seconds per **steady-state round**. For fedhet these are the engine's own ``trainer.history[i]["time/round_s"]``
@@ -62,8 +70,10 @@ Usage:
         python benchmarks/engine_overhead.py --with-10k           # also 10,000 clients (long: about half an hour)
         python benchmarks/engine_overhead.py --clients 100 --rounds 20 --repeats 5 --threads 1
         python benchmarks/engine_overhead.py --stack 0            # without the stacked column
+        python benchmarks/engine_overhead.py --workload cnn --clients 10 20 --rounds 4   # the realistic workload
 
-    Results go to ``benchmarks/results/engine_overhead.csv`` and ``.md``. To profile one side only, e.g. with py-spy::
+    Results go to ``benchmarks/results/engine_overhead.csv`` and ``.md`` (``engine_overhead_cnn.*`` for ``cnn``).
+    To profile one side only, e.g. with py-spy::
 
         py-spy record -o fedhet.svg -- python benchmarks/engine_overhead.py --clients 1000 --only fedhet --no-save
 """
@@ -89,34 +99,76 @@ from torch.func import functional_call, vmap
 
 from _common import RESULTS_DIR, environment
 
-NUM_FEATURES = 32
 NUM_CLASSES = 10
-HIDDEN = 64
-LR = 0.05
-BATCH_SIZE = 32
-MIN_SAMPLES, MAX_SAMPLES = 50, 100
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What each client trains on and with: its samples, network, batch size, optimiser and local epochs.
+
+    Attributes:
+        name: ``tiny`` (framework overhead) or ``cnn`` (the FedPAC paper's Fashion-MNIST recipe).
+        input_shape: shape of one sample.
+        samples: the fewest and most training samples of a client (drawn uniformly between them).
+        batch_size: samples per step.
+        lr, momentum, weight_decay: the SGD of both sides.
+        local_epochs: passes over a client's samples per round.
+        network: ``FedAvg(network=...)``: ``"mlp"`` (``hidden_dims=[64]``) or ``"cnn"`` (the paper's CNN).
+
+    """
+
+    name: str
+    input_shape: tuple[int, ...]
+    samples: tuple[int, int]
+    batch_size: int
+    lr: float
+    momentum: float
+    weight_decay: float
+    local_epochs: int
+    network: str
+
+
+WORKLOADS = {
+    # 2-4 steps of a 32-64-10 MLP per client and round: what the engine costs per client, not a realistic round
+    "tiny": Workload("tiny", (32,), (50, 100), 32, 0.05, 0.0, 0.0, 1, "mlp"),
+    # the FedPAC paper's Fashion-MNIST recipe (Xu, Tong & Huang, ICLR 2023): its CNN on 28 x 28 images, 600 training
+    # samples per client, batch 50, E = 5, SGD lr 0.01, momentum 0.5, weight decay 5e-4 (60 steps per client)
+    "cnn": Workload("cnn", (1, 28, 28), (600, 600), 50, 0.01, 0.5, 5e-4, 5, "cnn"),
+}
+HIDDEN = 64  # the tiny workload's MLP width
+WORKLOAD_TEXT = {
+    "tiny": "synthetic tabular clients of 50-100 samples, 32 features, 10 classes; a 32-64-10 MLP, one epoch of batch"
+    " 32 (2-4 SGD steps, lr 0.05) per client and round: a client's compute is about a millisecond, so the ratio is"
+    " what the engine costs per client (framework overhead), not what a realistic round costs.",
+    "cnn": "the FedPAC paper's Fashion-MNIST recipe on synthetic 1 x 28 x 28 images: 600 training samples per client,"
+    " its CNN (`FedAvg(network='cnn')`), E = 5 epochs of batch 50 (60 SGD steps, lr 0.01, momentum 0.5, weight decay"
+    " 5e-4) per client and round: a realistic client round of a few hundred milliseconds.",
+}
 
 
 # --------------------------------------------------------------------------------------------------------- the data
-def make_client_tensors(num_clients: int, seed: int) -> dict[str, tuple[Tensor, Tensor]]:
-    """Synthetic tabular clients: ``client_id -> (x, y)`` with 50-100 samples of 32 features and 10 classes."""
+def make_client_tensors(
+    num_clients: int, seed: int, workload: Workload = WORKLOADS["tiny"]
+) -> dict[str, tuple[Tensor, Tensor]]:
+    """Synthetic clients: ``client_id -> (x, y)``, standard-normal samples of the workload's shape, 10 classes."""
     gen = torch.Generator().manual_seed(seed)
-    sizes = torch.randint(MIN_SAMPLES, MAX_SAMPLES + 1, (num_clients,), generator=gen).tolist()
+    low, high = workload.samples
+    sizes = torch.randint(low, high + 1, (num_clients,), generator=gen).tolist()
     width = len(str(num_clients - 1))
     return {
         f"client_{i:0{width}d}": (
-            torch.randn(n, NUM_FEATURES, generator=gen),
+            torch.randn(n, *workload.input_shape, generator=gen),
             torch.randint(0, NUM_CLASSES, (n,), generator=gen),
         )
         for i, n in enumerate(sizes)
     }
 
 
-def make_federation(tensors: dict[str, tuple[Tensor, Tensor]]):
+def make_federation(tensors: dict[str, tuple[Tensor, Tensor]], workload: Workload = WORKLOADS["tiny"]):
     """The fedhet federation over ``tensors``, set up, and the training tensors it holds, in client order."""
     from fedhet.datamodules import FederatedDataModule
 
-    federation = FederatedDataModule.from_tensors(tensors, num_classes=NUM_CLASSES, batch_size=BATCH_SIZE)
+    federation = FederatedDataModule.from_tensors(tensors, num_classes=NUM_CLASSES, batch_size=workload.batch_size)
     federation.setup("fit")
     train = [(c.train_dataset.x, c.train_dataset.y) for c in federation.clients.values()]
     return federation, train
@@ -124,16 +176,31 @@ def make_federation(tensors: dict[str, tuple[Tensor, Tensor]]):
 
 # ---------------------------------------------------------------------------------------------------- the reference
 class ReferenceNet(nn.Module):
-    """FedAvg(hidden_dims=[64])'s network in plain PyTorch, with the same parameter names."""
+    """FedAvg's network for the workload in plain PyTorch, with the same parameter names.
 
-    def __init__(self) -> None:
+    ``tiny``: flatten, ``Linear(32, 64)``, ReLU, ``Linear(64, 10)``; ``cnn``: the FedPAC paper's CNN body
+    (``fedhet.modules.fedpac_nets.cnn28_body``, plain ``nn`` layers) and a linear head.
+    """
+
+    def __init__(self, workload: Workload) -> None:
         super().__init__()
-        self.body = nn.Sequential(nn.Flatten(), nn.Linear(NUM_FEATURES, HIDDEN), nn.ReLU())
-        self.head = nn.Linear(HIDDEN, NUM_CLASSES)
+        if workload.network == "cnn":
+            from fedhet.modules.fedpac_nets import FEATURE_DIM, cnn28_body
+
+            self.body: nn.Module = cnn28_body(workload.input_shape[0])
+            self.head = nn.Linear(FEATURE_DIM, NUM_CLASSES)
+        else:
+            self.body = nn.Sequential(nn.Flatten(), nn.Linear(workload.input_shape[0], HIDDEN), nn.ReLU())
+            self.head = nn.Linear(HIDDEN, NUM_CLASSES)
 
     def forward(self, x: Tensor) -> Tensor:
         """Class logits."""
         return self.head(self.body(x))
+
+
+def reference_optimizer(params: list[Tensor], workload: Workload) -> torch.optim.SGD:
+    """The workload's SGD over ``params`` (fedhet's ``FedAvg.configure_optimizers`` builds the same)."""
+    return torch.optim.SGD(params, lr=workload.lr, momentum=workload.momentum, weight_decay=workload.weight_decay)
 
 
 @dataclass
@@ -147,17 +214,22 @@ class Run:
 
 
 def run_reference(
-    clients: list[tuple[Tensor, Tensor]], rounds: int, seed: int, round_hook: Callable[[int], None] | None = None
+    clients: list[tuple[Tensor, Tensor]],
+    rounds: int,
+    seed: int,
+    round_hook: Callable[[int], None] | None = None,
+    workload: Workload = WORKLOADS["tiny"],
 ) -> Run:
     """Bare FedAvg over ``clients`` for ``rounds`` rounds.
 
     ``round_hook(round_idx)``, if given, is called before each round, outside the timed span (for profiling).
     """
     torch.manual_seed(seed)
-    model = ReferenceNet()
-    params = list(model.parameters())  # this network has no buffers: its parameters are its whole state
+    model = ReferenceNet(workload)
+    params = list(model.parameters())  # these networks have no buffers: their parameters are their whole state
     global_state = [p.detach().clone() for p in params]
-    optimizer = torch.optim.SGD(params, lr=LR)  # plain SGD keeps no state: one optimizer serves every client
+    optimizer = reference_optimizer(params, workload)  # one optimizer, its state (momenta) cleared per client
+    batch_size = workload.batch_size
     run = Run()
     for round_idx in range(rounds):
         if round_hook is not None:
@@ -169,15 +241,17 @@ def run_reference(
             with torch.no_grad():
                 for param, value in zip(params, global_state, strict=True):
                     param.copy_(value)
+            optimizer.state.clear()  # no-op for plain SGD; a new client's momenta otherwise
             n = len(y)
-            order = torch.randperm(n)
-            for begin in range(0, n, BATCH_SIZE):
-                index = order[begin : begin + BATCH_SIZE]
-                loss = F.cross_entropy(model(x.index_select(0, index)), y.index_select(0, index))
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                optimizer.step()
-                steps += 1
+            for _ in range(workload.local_epochs):
+                order = torch.randperm(n)
+                for begin in range(0, n, batch_size):
+                    index = order[begin : begin + batch_size]
+                    loss = F.cross_entropy(model(x.index_select(0, index)), y.index_select(0, index))
+                    optimizer.zero_grad(set_to_none=True)
+                    loss.backward()
+                    optimizer.step()
+                    steps += 1
             with torch.no_grad():
                 for acc, param in zip(sums, params, strict=True):
                     acc.add_(param, alpha=n)
@@ -194,18 +268,20 @@ def _per_sample_losses(model: nn.Module, params: dict[str, Tensor], x: Tensor, y
     return F.cross_entropy(functional_call(model, params, (x,)), y, reduction="none")
 
 
-def run_vmap_reference(clients: list[tuple[Tensor, Tensor]], rounds: int, seed: int, stack: int) -> Run:
+def run_vmap_reference(
+    clients: list[tuple[Tensor, Tensor]], rounds: int, seed: int, stack: int, workload: Workload = WORKLOADS["tiny"]
+) -> Run:
     """Bare FedAvg over ``clients`` with the clients trained ``stack`` at a time under ``torch.func.vmap``.
 
     What a strong engineer would write for many small clients in plain PyTorch: clients that take the same number of
     steps are grouped (in client order, up to ``stack`` per group, as fedhet's stacked path groups them), each
-    client's shuffled samples are laid out once as ``(steps, BATCH_SIZE)`` rows zero-padded at the end, and each step
+    client's shuffled samples are laid out once as ``(steps, batch)`` rows zero-padded at the end, and each step
     is one ``vmap`` of ``functional_call`` over the group's stacked parameters, a masked mean loss per client, one
     ``backward`` of their sum and one SGD step on the stacked leaves (plain SGD is element-wise, so this is one
     optimizer per client). The trained stacks are summed into the next global weights, weighted by sample counts.
     """
     torch.manual_seed(seed)
-    model = ReferenceNet()
+    model = ReferenceNet(workload)
     names = [name for name, _ in model.named_parameters()]
     global_state = [p.detach().clone() for p in model.parameters()]
     losses = vmap(partial(_per_sample_losses, model))
@@ -217,14 +293,16 @@ def run_vmap_reference(clients: list[tuple[Tensor, Tensor]], rounds: int, seed: 
         total, steps = 0, 0
         for x, y in clients:
             n = len(y)
-            num_steps = -(-n // BATCH_SIZE)
+            num_steps = -(-n // workload.batch_size)
             order = torch.randperm(n)
             groups.setdefault(num_steps, []).append((x.index_select(0, order), y.index_select(0, order)))
             if len(groups[num_steps]) == stack:
-                steps += _train_vmap_group(losses, names, global_state, groups.pop(num_steps), num_steps, sums)
+                steps += _train_vmap_group(
+                    losses, names, global_state, groups.pop(num_steps), num_steps, sums, workload
+                )
             total += n
         for num_steps, group in groups.items():
-            steps += _train_vmap_group(losses, names, global_state, group, num_steps, sums)
+            steps += _train_vmap_group(losses, names, global_state, group, num_steps, sums, workload)
         global_state = [value / total for value in sums]
         run.cpu_s.append(time.process_time() - start_cpu)
         run.wall_s.append(time.perf_counter() - start)
@@ -239,20 +317,22 @@ def _train_vmap_group(
     group: list[tuple[Tensor, Tensor]],
     num_steps: int,
     sums: list[Tensor],
+    workload: Workload,
 ) -> int:
-    """Train one group of shuffled clients with ``num_steps`` steps each at once; add them into ``sums``."""
-    k, rows = len(group), num_steps * BATCH_SIZE
-    x = torch.zeros(k, rows, NUM_FEATURES)
+    """Train one group of shuffled clients with ``num_steps`` steps each at once (one epoch); add them into ``sums``."""
+    batch_size = workload.batch_size
+    k, rows = len(group), num_steps * batch_size
+    x = torch.zeros(k, rows, *workload.input_shape)
     y = torch.zeros(k, rows, dtype=torch.long)
     mask = torch.zeros(k, rows)
     counts = torch.tensor([len(yk) for _, yk in group], dtype=torch.float32)
     for i, (xk, yk) in enumerate(group):
         x[i, : len(yk)], y[i, : len(yk)], mask[i, : len(yk)] = xk, yk, 1.0
     leaves = [value.expand(k, *value.shape).clone().requires_grad_(True) for value in global_state]
-    optimizer = torch.optim.SGD(leaves, lr=LR)
+    optimizer = reference_optimizer(leaves, workload)  # element-wise: one optimizer per client
     longest = int(counts.max())
     for step in range(num_steps):  # the last step is as wide as the group's longest last batch
-        rows_of_step = slice(step * BATCH_SIZE, min((step + 1) * BATCH_SIZE, longest))
+        rows_of_step = slice(step * batch_size, min((step + 1) * batch_size, longest))
         batch_mask = mask[:, rows_of_step]
         per_sample = losses(dict(zip(names, leaves, strict=True)), x[:, rows_of_step], y[:, rows_of_step])
         loss = ((per_sample * batch_mask).sum(1) / batch_mask.sum(1)).sum()
@@ -266,16 +346,27 @@ def _train_vmap_group(
 
 
 # ------------------------------------------------------------------------------------------------------- fedhet side
-def make_trainer(rounds: int, callbacks: list | None = None, stack_clients: int | None = None):
+def make_trainer(
+    rounds: int,
+    callbacks: list | None = None,
+    stack_clients: int | None = None,
+    workload: Workload = WORKLOADS["tiny"],
+):
     from _common import quiet_trainer
 
-    return quiet_trainer(rounds, callbacks=callbacks, stack_clients=stack_clients)
+    return quiet_trainer(rounds, callbacks=callbacks, stack_clients=stack_clients, local_epochs=workload.local_epochs)
 
 
-def make_model():
+def make_model(workload: Workload = WORKLOADS["tiny"]):
     from fedhet.modules.baselines import FedAvg
 
-    return FedAvg(hidden_dims=[HIDDEN], lr=LR)
+    return FedAvg(
+        hidden_dims=[HIDDEN],
+        network=workload.network,
+        lr=workload.lr,
+        momentum=workload.momentum,
+        weight_decay=workload.weight_decay,
+    )
 
 
 class _RoundClock:
@@ -296,23 +387,25 @@ class _RoundClock:
         self.cpu_s.append(time.process_time() - self._start)
 
 
-def run_fedhet(federation, rounds: int, stack_clients: int | None = None) -> Run:
+def run_fedhet(
+    federation, rounds: int, stack_clients: int | None = None, workload: Workload = WORKLOADS["tiny"]
+) -> Run:
     """One ``fit``: wall seconds per round from the engine's history, CPU seconds from a callback."""
     clock = _RoundClock()
-    trainer = make_trainer(rounds, callbacks=[clock], stack_clients=stack_clients)
-    model = make_model()
+    trainer = make_trainer(rounds, callbacks=[clock], stack_clients=stack_clients, workload=workload)
+    model = make_model(workload)
     start = time.perf_counter()
     trainer.fit(model, federation)
     fit_s = time.perf_counter() - start
     return Run([h["time/round_s"] for h in trainer.history], clock.cpu_s, int(clock.steps[-1]), fit_s)
 
 
-def check_same_model(federation) -> None:
+def check_same_model(federation, workload: Workload) -> None:
     """Untimed: raise if the reference network's parameter names or shapes differ from fedhet's FedAvg."""
-    fedhet_model = make_model()
+    fedhet_model = make_model(workload)
     fedhet_model.setup_client(next(iter(federation.specs.values())))
     fedhet_model.configure_model()
-    mine = {k: tuple(v.shape) for k, v in ReferenceNet().state_dict().items()}
+    mine = {k: tuple(v.shape) for k, v in ReferenceNet(workload).state_dict().items()}
     theirs = {k: tuple(v.shape) for k, v in fedhet_model.shared_state_dict().items()}
     if mine != theirs:
         raise RuntimeError(f"the reference network {mine} differs from fedhet's {theirs}; fix ReferenceNet")
@@ -391,10 +484,12 @@ def default_rounds(num_clients: int) -> int:
     return max(4 if num_clients > 1000 else 5, min(30, 1500 // num_clients))
 
 
-def measure(num_clients: int, rounds: int, repeats: int, only: str | None, seed: int, stack: int) -> Result:
+def measure(
+    num_clients: int, rounds: int, repeats: int, only: str | None, seed: int, stack: int, workload: Workload
+) -> Result:
     """Interleaved runs of every side (or of ``only`` one) on one federation; the order rotates between repeats."""
-    federation, clients = make_federation(make_client_tensors(num_clients, seed))
-    check_same_model(federation)
+    federation, clients = make_federation(make_client_tensors(num_clients, seed, workload), workload)
+    check_same_model(federation, workload)
     result = Result(num_clients, rounds)
     sides = ["reference", "fedhet", "vmap_reference", "stacked"] if stack else ["reference", "fedhet"]
     for repeat in range(repeats):
@@ -403,12 +498,12 @@ def measure(num_clients: int, rounds: int, repeats: int, only: str | None, seed:
                 continue
             gc.collect()
             if side == "reference":
-                result.reference.append(run_reference(clients, rounds, seed=repeat))
+                result.reference.append(run_reference(clients, rounds, seed=repeat, workload=workload))
             elif side == "vmap_reference":
-                result.vmap_reference.append(run_vmap_reference(clients, rounds, repeat, stack))
+                result.vmap_reference.append(run_vmap_reference(clients, rounds, repeat, stack, workload))
             else:
                 stack_clients = stack if side == "stacked" else None
-                getattr(result, side).append(run_fedhet(federation, rounds, stack_clients))
+                getattr(result, side).append(run_fedhet(federation, rounds, stack_clients, workload))
         steps = {run.steps for side in sides for run in getattr(result, side)}
         if len(steps) > 1:
             raise RuntimeError(f"{num_clients} clients: the sides took different numbers of steps: {steps}")
@@ -470,14 +565,23 @@ def display(row: dict[str, float | int | str]) -> dict[str, str]:
     return cells
 
 
-def write_results(rows: list[dict], env: dict[str, str], out_dir: Path) -> None:
+def results_name(workload: Workload) -> str:
+    """The results files' name: ``engine_overhead`` for the tiny workload, ``engine_overhead_<name>`` otherwise."""
+    return "engine_overhead" if workload.name == "tiny" else f"engine_overhead_{workload.name}"
+
+
+def write_results(rows: list[dict], env: dict[str, str], out_dir: Path, workload: Workload) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
-    with (out_dir / "engine_overhead.csv").open("w", newline="") as f:
+    name = results_name(workload)
+    with (out_dir / f"{name}.csv").open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
     lines = [
-        "# Engine overhead: FedAvg seconds per round, fedhet vs bare PyTorch",
+        "# Engine overhead: FedAvg seconds per round, fedhet vs bare PyTorch"
+        + ("" if workload.name == "tiny" else f" ({workload.name} workload)"),
+        "",
+        f"Workload `{workload.name}`: {WORKLOAD_TEXT[workload.name]}",
         "",
         "Written by `benchmarks/engine_overhead.py` (its docstring explains the method). Target: ratio <= 1.10x.",
         "Ratio: median over repeats of (median fedhet steady-state round) / (median reference round); rounds 0 and",
@@ -492,7 +596,7 @@ def write_results(rows: list[dict], env: dict[str, str], out_dir: Path) -> None:
     ]
     lines += ["| " + " | ".join(display(row).values()) + " |" for row in rows]
     lines += ["", *(f"- {key}: `{value}`" for key, value in env.items()), ""]
-    (out_dir / "engine_overhead.md").write_text("\n".join(lines))
+    (out_dir / f"{name}.md").write_text("\n".join(lines))
 
 
 def print_table(rows: list[dict]) -> None:
@@ -520,7 +624,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=3, help="interleaved repeats per client count")
     parser.add_argument("--threads", type=int, default=1, help="torch.set_num_threads")
     parser.add_argument("--seed", type=int, default=0, help="seed of the synthetic data")
-    parser.add_argument("--stack", type=int, default=64, help="stack_clients of the stacked side (0: no such side)")
+    parser.add_argument("--stack", type=int, default=None, help="stack_clients of the stacked side (0: none; tiny: 64)")
+    parser.add_argument("--workload", choices=sorted(WORKLOADS), default="tiny", help="see the module docstring")
     parser.add_argument(
         "--only",
         choices=["fedhet", "reference", "stacked", "vmap_reference"],
@@ -534,6 +639,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.clients.append(10_000)
     if args.rounds is not None and args.rounds < 3:
         parser.error("--rounds must be at least 3: round 0 and the last round are not timed")
+    if args.stack is None:
+        args.stack = 64 if args.workload == "tiny" else 0
+    if args.stack and WORKLOADS[args.workload].local_epochs != 1:
+        parser.error(f"--workload {args.workload}: the vmap reference trains one epoch per round; use --stack 0")
     if args.repeats < 1 or args.threads < 1 or min(args.clients) < 1 or args.stack < 0:
         parser.error("--repeats, --threads and --clients must be positive, --stack at least 0")
     if args.only in ("stacked", "vmap_reference") and not args.stack:
@@ -546,27 +655,28 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(args.threads)
     logging.getLogger("lightning").setLevel(logging.WARNING)
     warnings.filterwarnings("ignore", module="lightning")
+    workload = WORKLOADS[args.workload]
     # Warm-up, untimed: imports, lazy initialisation and first-call costs of both sides.
-    federation, clients = make_federation(make_client_tensors(8, args.seed))
-    run_fedhet(federation, 3)
+    federation, clients = make_federation(make_client_tensors(8 if args.stack else 2, args.seed, workload), workload)
+    run_fedhet(federation, 3, workload=workload)
     if args.stack:
-        run_fedhet(federation, 3, args.stack)
-        run_vmap_reference(clients, 3, args.seed, args.stack)
-    run_reference(clients, 3, args.seed)
+        run_fedhet(federation, 3, args.stack, workload)
+        run_vmap_reference(clients, 3, args.seed, args.stack, workload)
+    run_reference(clients, 3, args.seed, workload=workload)
 
     rows = []
     for num_clients in args.clients:
         rounds = args.rounds or default_rounds(num_clients)
         print(f"{num_clients} clients, {rounds} rounds, {args.repeats} repeats", flush=True)
-        result = measure(num_clients, rounds, args.repeats, args.only, args.seed, args.stack)
+        result = measure(num_clients, rounds, args.repeats, args.only, args.seed, args.stack, workload)
         if args.only is None:
             rows.append(result.row())
     if not rows:
         return
     print_table(rows)
     if not args.no_save:
-        write_results(rows, environment(args.seed), args.output_dir)
-        print(f"wrote {args.output_dir / 'engine_overhead.csv'} and {args.output_dir / 'engine_overhead.md'}")
+        write_results(rows, environment(args.seed), args.output_dir, workload)
+        print(f"wrote {args.output_dir / results_name(workload)}.csv and .md")
 
 
 if __name__ == "__main__":

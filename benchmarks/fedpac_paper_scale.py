@@ -15,7 +15,7 @@ Run from the repository root::
     python benchmarks/fedpac_paper_scale.py --method FedPAC --root runs/fedpac_paper &   # one per method
     python benchmarks/fedpac_paper_scale.py --report --root runs/fedpac_paper
 
-Writes ``benchmarks/results/fedpac_fashion_mnist_paper.{csv,md}``.
+Writes ``benchmarks/results/fedpac_fashion_mnist_paper.{csv,md}`` (``--tag`` names other files).
 """
 
 from __future__ import annotations
@@ -49,8 +49,8 @@ def train(name: str, root: Path, seed: int, rounds: int, checkpoint_every: int) 
     print(f"{name}: {trainer.current_round} rounds, {time.perf_counter() - start:.0f} s", flush=True)
 
 
-def report(names: list[str], root: Path, seed: int, rounds: int) -> None:
-    """Test every method's latest checkpoint and write the table."""
+def report(names: list[str], root: Path, seed: int, rounds: int, tag: str) -> None:
+    """Test every method's latest checkpoint and write the table (``benchmarks/results/<tag>.{csv,md}``)."""
     rows = []
     data = federation(SCALE, seed, 20)  # loaded once, every method's clients are the same
     for name in names:
@@ -93,7 +93,7 @@ def report(names: list[str], root: Path, seed: int, rounds: int) -> None:
         "acc_worst": "ours (worst client %)",
         "paper_fmnist_20": "paper (FMNIST 20)",
     }
-    text = write_table("fedpac_fashion_mnist_paper", "FedPAC at paper scale: Fashion-MNIST", rows, columns, notes,
+    text = write_table(tag, "FedPAC at paper scale: Fashion-MNIST", rows, columns, notes,
                        environment(seed))  # fmt: skip
     print(text)
 
@@ -108,12 +108,13 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=SCALE["rounds"])
     parser.add_argument("--checkpoint-every", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--tag", default="fedpac_fashion_mnist_paper", help="name of the results files")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)  # small convolutions on a shared machine: more threads only contend
     if args.method:
         train(args.method, args.root, args.seed, args.rounds, args.checkpoint_every)
     if args.report:
-        report(args.methods, args.root, args.seed, args.rounds)
+        report(args.methods, args.root, args.seed, args.rounds, args.tag)
     if not (args.method or args.report):
         parser.error("give --method NAME (train) and/or --report")
 
