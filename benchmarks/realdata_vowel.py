@@ -37,6 +37,7 @@ import numpy as np
 
 from _common import RESULTS_DIR, environment, quiet_trainer, write_table
 from _tables import percent_mean_std
+from fedhet.callbacks import HeadMixing
 from fedhet.datamodules import VowelFederation
 from fedhet.modules import FedAvg, FedBABU, FedPAC, FedPer, FedRep, LocalOnly
 
@@ -68,12 +69,20 @@ def methods(args: argparse.Namespace) -> dict[str, Callable[[], Any]]:
 
 
 def run(method: str, seed: int, args: argparse.Namespace, root: Path) -> dict[str, float]:
-    """Train one method with one seed; its test metrics (clients' own held-out repetitions)."""
+    """Train one method with one seed; its test metrics (clients' own held-out repetitions).
+
+    With FedPAC's head mixing, also ``qp_self_weight``: the mean over clients of the weight the last round's QP gives
+    a client's own head in its mixed head (the diagonal of the combination weights).
+    """
     data = VowelFederation(seed=seed, standardize=args.standardize)
     trainer = quiet_trainer(args.rounds, seed, root / f"{method}_{seed}", local_epochs=args.local_epochs)
     model = methods(args)[method]()
     trainer.fit(model, data)
-    return trainer.test(model, data)
+    metrics = trainer.test(model, data)
+    mixing = [cb for cb in trainer.callbacks if isinstance(cb, HeadMixing) and cb.weights is not None]
+    if mixing:
+        metrics["qp_self_weight"] = float(mixing[0].weights.diag().mean())
+    return metrics
 
 
 def sklearn_references(seed: int, standardize: bool) -> dict[str, dict[str, float]]:
@@ -132,11 +141,18 @@ def main() -> None:
             for method in names:
                 start = time.perf_counter()
                 metrics = run(method, seed, args, Path(tmp))
-                results[method].append({"mean": metrics["test/acc_mean"], "worst": metrics["test/acc_worst"]})
+                results[method].append(
+                    {"mean": metrics["test/acc_mean"], "worst": metrics["test/acc_worst"], **self_weight(metrics)}
+                )
                 seconds[method].append(time.perf_counter() - start)
                 print(f"seed {seed} {method:10s} mean {metrics['test/acc_mean']:.4f}", flush=True)
                 write_results(args, results, seconds, references)
     print((RESULTS_DIR / f"{args.tag}.md").read_text())
+
+
+def self_weight(metrics: dict[str, float]) -> dict[str, float]:
+    """The QP's mean self-weight of a FedPAC run (:func:`run`), when it has one."""
+    return {"self": metrics["qp_self_weight"]} if "qp_self_weight" in metrics else {}
 
 
 def write_results(
@@ -156,6 +172,9 @@ def write_results(
             "acc_worst": percent_mean_std([r["worst"] for r in runs]),
             "runs_acc_mean": " ".join(f"{100 * r['mean']:.1f}" for r in runs),
             "seconds_per_run": f"{statistics.mean(times):.0f}" if times else "",
+            "qp_self_weight": (
+                f"{statistics.mean(r['self'] for r in runs):.2f}" if all("self" in r for r in runs) else ""
+            ),
         }
         for name, runs, times in measured
     ]
@@ -166,7 +185,9 @@ def write_results(
         f" epoch(s), fine-tuning {args.finetune_epochs} epochs (FedAvg-FT, FedBABU). Test accuracy (%) of every"
         " client's own model on its own held-out repetitions, mean over clients and worst client, mean ± std over the"
         f" seeds finished (column `seeds`, of {args.seeds} asked; per-seed client means in `per seed`). Rows named"
-        " sklearn: scikit-learn on the same splits, no tuning. s/run: wall seconds on a shared machine.",
+        " sklearn: scikit-learn on the same splits, no tuning. s/run: wall seconds on a shared machine. QP self-weight"
+        " (FedPAC with head mixing): the weight the last round's QP gives each client's own head in its mixed head,"
+        " mean over clients and seeds (1: no mixing).",
     ]
     columns = {
         "method": "method",
@@ -175,6 +196,7 @@ def write_results(
         "acc_worst": "worst client acc (%)",
         "runs_acc_mean": "per seed",
         "seconds_per_run": "s/run",
+        "qp_self_weight": "QP self-weight",
     }
     write_table(args.tag, "UCI Vowel by speaker: FedPAC and baselines", rows, columns, notes, environment())
 
