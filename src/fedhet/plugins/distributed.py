@@ -9,6 +9,7 @@ client's upload thus costs two memory copies of the uploads plus the transfer, i
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import io
 import logging
@@ -38,6 +39,28 @@ _PARENT_PID = os.getppid()  # on a child process Lightning launched: rank 0's pi
 _ALIGN = 16  # bytes; every tensor starts at a multiple of it (the largest element size), so its view is aligned
 _HEADER = 8  # bytes: the skeleton's length, little-endian
 _TENSOR_REF = "fedhet.tensor"
+
+
+def destroy_process_group_at_exit() -> None:
+    """Destroy the process group when the interpreter exits (the handler is registered once per process).
+
+    A gloo group left to the interpreter's own final clean-up can abort a process at exit ("terminate called without
+    an active exception", exit status 134) after a run that finished and wrote its results; destroying it in an
+    ``atexit`` handler, before that clean-up, ends every process with status 0. The group stays usable until the
+    process exits, so ``test`` or ``export`` after ``fit`` in the same process still work.
+    """
+    global _exit_handler_registered
+    if not _exit_handler_registered:
+        atexit.register(_destroy_process_group)
+        _exit_handler_registered = True
+
+
+_exit_handler_registered = False
+
+
+def _destroy_process_group() -> None:
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def owner_rank(client_index: int, world_size: int) -> int:

@@ -26,7 +26,13 @@ from fedhet.plugins.checkpoint import (
 from fedhet.plugins.client_store import ClientStore
 from fedhet.plugins.comm import CommTotals
 from fedhet.plugins.context import ClientContext, check_federated_datamodule
-from fedhet.plugins.distributed import barrier, check_multi_node_launch, gather_objects, owner_rank
+from fedhet.plugins.distributed import (
+    barrier,
+    check_multi_node_launch,
+    destroy_process_group_at_exit,
+    gather_objects,
+    owner_rank,
+)
 from fedhet.plugins.export import export_clients, save_lightning_checkpoint
 from fedhet.plugins.fingerprint import fingerprint_differences
 from fedhet.plugins.hooks import CallbackHooks
@@ -363,6 +369,8 @@ class FederatedTrainer:
         self._hooks = CallbackHooks(callbacks, trainer=self)
         self.fabric = Fabric(**self._fabric_kwargs, loggers=self.loggers, callbacks=callbacks)
         self.fabric.launch()
+        if self.fabric.world_size > 1:
+            destroy_process_group_at_exit()
         if version is None:
             claimed = claim_version(self.default_root_dir) if self.fabric.is_global_zero else None
             version = self.fabric.broadcast(claimed)
