@@ -274,6 +274,16 @@ def summarise(results: Sequence[RunResult]) -> list[dict[str, Any]]:
     return rows
 
 
+def recorded_command(command: str, references: dict[str, Path]) -> str:
+    """``command`` as a results file records it, without this machine's paths.
+
+    Each reference checkout's path becomes ``<name checkout>`` and an absolute ``--root`` ``<runs root>``.
+    """
+    for kind, path in references.items():
+        command = command.replace(str(path), f"<{kind} checkout>")
+    return re.sub(r"--root /\S+", "--root <runs root>", command)
+
+
 def write_results(
     name: str,
     title: str,
@@ -285,15 +295,12 @@ def write_results(
     """The side-by-side table (``benchmarks/results/<name>.{csv,md}``) with the setting and the references used.
 
     ``references`` maps each reference's name to its checkout; the footer names their commits, and the recorded
-    command shows ``<name checkout>`` instead of the checkout's path on this machine (and ``<runs root>`` for an
-    absolute ``--root``).
+    command hides this machine's paths (:func:`recorded_command`).
     """
     import csv
 
     env = environment()
-    for kind, path in references.items():
-        env["command"] = env["command"].replace(str(path), f"<{kind} checkout>")
-    env["command"] = re.sub(r"--root /\S+", "--root <runs root>", env["command"])
+    env["command"] = recorded_command(env["command"], references)
     used = "; ".join(f"{kind} at commit {git_commit(path)}" for kind, path in references.items()) or "none"
 
     text = write_table(

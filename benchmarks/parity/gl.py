@@ -43,7 +43,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _harness import RoundClock, git_commit, record, recorded, reference_kind  # noqa: E402, I001  (puts benchmarks/ on the path)
+from _harness import RoundClock, git_commit, record, recorded, recorded_command, reference_kind  # noqa: E402, I001  (puts benchmarks/ on the path)
 from _common import environment, quiet_trainer, write_table  # noqa: E402
 from _gl_authors import (  # noqa: E402
     METRICS,
@@ -225,7 +225,7 @@ def same_start_federation_gap(checkout: Path, seed: int, epochs: int, batches: i
 
     ours: list[dict[str, torch.Tensor]] = []
 
-    class SameStart(FederatedCallback):
+    class SameStart(ReferenceStart):  # round 0 from the reference's own start; the mean from the first average on
         def on_federation_start(self, trainer: Any, module: torch.nn.Module) -> None:
             shared = trainer.server_state.shared
             for cid in trainer.client_ids:
@@ -233,9 +233,6 @@ def same_start_federation_gap(checkout: Path, seed: int, epochs: int, batches: i
                 trainer.store[cid] = ClientState({n: v.clone() for n, v in start[cid].items() if n not in shared})
                 batches_of = _EpochBatches(fixed[cid])
                 trainer.context.client_data(cid).train_dataloader = lambda b=batches_of: b
-
-        def on_aggregate_end(self, trainer: Any, round_idx: int, server_state: Any, updates: Any) -> None:
-            server_state.per_client.clear()
 
         def on_round_end(self, trainer: Any, round_idx: int, metrics: dict[str, float]) -> None:
             with torch.no_grad():
@@ -385,8 +382,7 @@ def write_results(
     name = f"{NAME}_refstart" if reference_start else NAME
     reference = "GL authors"
     env = environment()
-    for kind, path in references.items():
-        env["command"] = env["command"].replace(str(path), f"<{kind} checkout>")
+    env["command"] = recorded_command(env["command"], references)
     used = "; ".join(f"{kind} at commit {git_commit(path)}" for kind, path in references.items()) or "none"
     text = write_table(
         name,
