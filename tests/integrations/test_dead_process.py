@@ -26,17 +26,22 @@ class DieInRoundOne(FederatedCallback):
 
 federation = FederatedDataModule([make_client(c, 24, i) for i, c in enumerate("abcd")])
 trainer = FederatedTrainer(rounds=3, accelerator="cpu", devices=2, enable_progress_bar=False,
-                           default_root_dir=sys.argv[1], callbacks=[DieInRoundOne()])
+                           default_root_dir=sys.argv[1], callbacks=[DieInRoundOne()], start_method=sys.argv[2])
 trainer.fit(FedRep(hidden_dims=[8]), federation)
 """
 
 
-def test_a_killed_child_is_named_with_its_rank(tmp_path):
+@pytest.mark.parametrize("start_method", ["fork", "popen"])
+def test_a_killed_child_is_named_with_its_rank(tmp_path, start_method):
     script = tmp_path / "dies.py"
     script.write_text(SCRIPT)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path.cwd()), *sys.path]), "OMP_NUM_THREADS": "1"}
     done = subprocess.run(
-        [sys.executable, str(script), str(tmp_path / "run")], env=env, capture_output=True, text=True, timeout=300
+        [sys.executable, str(script), str(tmp_path / "run"), start_method],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert done.returncode != 0
     assert "rank 0: lost the other processes of the run: rank 1 (pid" in done.stderr

@@ -49,10 +49,10 @@ def run_cli(
     return [{k: v for k, v in row.items() if not k.startswith("time/")} for row in rows]
 
 
-@pytest.mark.parametrize("model", ["FedAvg", "FedRep"])
-def test_two_processes_equal_one(tmp_path, model):
+@pytest.mark.parametrize(("model", "start_method"), [("FedAvg", "fork"), ("FedRep", "fork"), ("FedAvg", "popen")])
+def test_two_processes_equal_one(tmp_path, model, start_method):
     one = run_cli(tmp_path, "one", model, rounds=3, devices=1)
-    two = run_cli(tmp_path, "two", model, rounds=3, devices=2)
+    two = run_cli(tmp_path, "two", model, 3, 2, "--trainer.start_method", start_method)
     assert len(one) == 3
     assert two == one
 

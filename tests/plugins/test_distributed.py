@@ -1,7 +1,8 @@
-"""Gathering objects across processes as packed byte buffers: round trips, and a 2-process gloo gather."""
+"""Gathering objects across processes as packed byte buffers: round trips, 2-process gathers (shared memory, gloo)."""
 
 import os
 import socket
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -9,6 +10,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from fedhet.core import ClientFailure, ClientUpdate
+from fedhet.plugins import distributed, shared_memory
 from fedhet.plugins.distributed import gather_objects, owner_rank, pack_object, unpack_object
 
 
@@ -100,19 +102,27 @@ class _Fabric:
     def __init__(self, world_size: int) -> None:
         self.world_size = world_size
         self.device = torch.device("cpu")
+        self.strategy = SimpleNamespace(num_nodes=1)
 
 
-def _gather_worker(rank: int, world_size: int, port: int, queue) -> None:
+def _objects(rank: int) -> list:
+    """What ``rank`` gathers, three times: its clients (rank 1 has none), then more than a 1 MiB segment holds."""
+    mine = (
+        ([upload("a", 0), upload("c", 2)], [ClientFailure("e", "non_finite", "nan")], 7) if rank == 0 else ([], [], 0)
+    )
+    big = {"w": torch.arange(600_000, dtype=torch.float32) + rank}  # 2.4 MB: the segments grow
+    return [mine, big, (mine, big)]
+
+
+def _gather_worker(rank: int, world_size: int, port: int, transport: str, queue) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    if transport == "process group":
+        distributed.shared_memory_available = lambda: False
+    elif transport == "mixed" and rank == 1:  # rank 1 finds no room in /dev/shm: its objects go through gloo
+        shared_memory.SharedSegments.writable = lambda self, num_bytes: (None, -1)
     try:
-        # rank 0 holds two clients and a failure, rank 1 none (e.g. every client it owns was not sampled)
-        mine = (
-            ([upload("a", 0), upload("c", 2)], [ClientFailure("e", "non_finite", "nan")], 7)
-            if rank == 0
-            else ([], [], 0)
-        )
-        gathered = gather_objects(_Fabric(world_size), mine)
+        gathered = [gather_objects(_Fabric(world_size), obj) for obj in _objects(rank)]
         queue.put((rank, pack_object(gathered).numpy().tobytes()))  # bytes: no shared memory
     finally:
         dist.destroy_process_group()
@@ -124,15 +134,27 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def _segment_files() -> set[str]:
+    root = shared_memory.SHM_ROOT
+    return {p.name for p in root.glob("fedhet-*")} if root.is_dir() else set()
+
+
 @pytest.mark.distributed
-def test_gather_objects_on_two_processes():
+@pytest.mark.parametrize("transport", ["shared memory", "process group", "mixed"])
+def test_gather_objects_on_two_processes(transport):
+    before = _segment_files()
     context = mp.get_context("spawn")
     queue = context.SimpleQueue()
-    mp.start_processes(_gather_worker, args=(2, free_port(), queue), nprocs=2, start_method="spawn")
-    results = dict(queue.get() for _ in range(2))
-    expected = [([upload("a", 0), upload("c", 2)], [ClientFailure("e", "non_finite", "nan")], 7), ([], [], 0)]
+    workers = mp.start_processes(
+        _gather_worker, args=(2, free_port(), transport, queue), nprocs=2, join=False, start_method="spawn"
+    )
+    results = dict(queue.get() for _ in range(2))  # before joining: a worker blocks until its bytes are read
+    while not workers.join():
+        pass
+    expected = [[a, b] for a, b in zip(_objects(0), _objects(1), strict=True)]
     for rank in (0, 1):
         assert_same(unpack_object(torch.frombuffer(bytearray(results[rank]), dtype=torch.uint8)), expected)
+    assert _segment_files() == before  # every segment's name was removed once the others had mapped it
 
 
 def test_gather_objects_is_identity_on_one_process():

@@ -18,6 +18,7 @@ def check_trainer_arguments(
     stack_clients: int | None,
     privacy: Any,
     aggregator: Any,
+    start_method: str,
 ) -> None:
     """Refuse values the trainer cannot run with, before anything starts.
 
@@ -52,6 +53,10 @@ def check_trainer_arguments(
     if personal_init not in ("shared", "per_client"):
         raise ValueError(
             f"FederatedTrainer: field 'personal_init' must be 'shared' or 'per_client', got {personal_init!r}"
+        )
+    if start_method not in ("auto", "fork", "popen"):
+        raise ValueError(
+            f"FederatedTrainer: field 'start_method' must be 'auto', 'fork' or 'popen', got {start_method!r}"
         )
     if privacy is not None and aggregator is not None:
         raise ValueError(

@@ -36,6 +36,7 @@ from fedhet.plugins.distributed import (
 from fedhet.plugins.export import export_clients, save_lightning_checkpoint
 from fedhet.plugins.fingerprint import fingerprint_differences
 from fedhet.plugins.hooks import CallbackHooks
+from fedhet.plugins.launcher import StartMethod, use_start_method
 from fedhet.plugins.policies import FailureBudget, PlainUpdate, PrivateUpdate, ServerUpdate, upload_checks
 from fedhet.plugins.privacy import UploadPrivacy
 from fedhet.plugins.run_folder import RunCSVLogger, RunFolder, claim_version, version_of
@@ -81,6 +82,11 @@ class FederatedTrainer:
             modules are never wrapped for gradient synchronisation.
         devices: processes (CPU) or GPUs that share the clients.
         num_nodes: machines, for multi-node runs launched by ``fabric run``, torchrun or SLURM.
+        start_method: how ``fit`` starts the other processes of this machine (:mod:`fedhet.plugins.launcher`):
+            ``"fork"`` forks them from this one (no second interpreter start-up, imports, config or data; refused
+            with the reason where it is not safe: CPU runs on Linux, no other thread, or one compute thread per
+            process), ``"popen"`` runs the command again for each (Lightning's launcher), ``"auto"`` forks when that
+            is safe, else runs the command again.
         precision: Fabric precision (``"32-true"``, ``"bf16-mixed"``...).
         seed: every random draw of the run (client initialisation, sampling, shuffling, dropout) derives from it.
         personal_init: how clients' personal layers (heads, input layers...) start. ``"shared"`` (default, as the
@@ -138,6 +144,7 @@ class FederatedTrainer:
         strategy: str = "auto",
         devices: int | str = 1,
         num_nodes: int = 1,
+        start_method: StartMethod = "auto",
         precision: str | None = None,
         seed: int = 0,
         personal_init: Literal["shared", "per_client"] = "shared",
@@ -167,6 +174,7 @@ class FederatedTrainer:
             stack_clients,
             privacy,
             aggregator,
+            start_method,
         )
         self.rounds = rounds
         self.local_epochs = local_epochs
@@ -187,6 +195,7 @@ class FederatedTrainer:
         self.privacy = privacy
         self.stack_clients = stack_clients
         self.keep_client_state = keep_client_state
+        self.start_method = start_method
         self.runner: ClientRunner = StackedRunner(stack_clients) if stack_clients is not None else SequentialRunner()
         self._failure_budget = FailureBudget(max_client_failures)
         self._fabric_kwargs: dict[str, Any] = {
@@ -368,6 +377,7 @@ class FederatedTrainer:
         callbacks = federation_callbacks(self.user_callbacks, model, self.loggers, self.enable_progress_bar)
         self._hooks = CallbackHooks(callbacks, trainer=self)
         self.fabric = Fabric(**self._fabric_kwargs, loggers=self.loggers, callbacks=callbacks)
+        use_start_method(self.fabric, self.start_method)
         self.fabric.launch()
         if self.fabric.world_size > 1:
             destroy_process_group_at_exit()
