@@ -6,8 +6,8 @@ This package imports nothing else of fedhet (only torch), so every other package
 * :class:`ClientSpec` — what a module may know about a client before training (``spec``).
 * :class:`LocalPhase`, :class:`LocalTraining`, :class:`FederatedModuleProtocol` — the module contract the engine
   drives (``protocols``).
-* :class:`StackableModule`, :class:`BatchLossModule`, :class:`PenalisedModule`, :class:`RoundAware` — capabilities a module may declare beyond
-  the contract (``capabilities``).
+* :class:`StackableModule`, :class:`BatchLossModule`, :class:`PenalisedModule`, :class:`RoundAware` — capabilities
+  a module may declare beyond the contract (``capabilities``).
 * :class:`ClientUpdate`, :class:`ClientState`, :class:`ServerState`, :class:`ClientFailure`, :class:`RoundUploads`
   — what travels between clients and server and what each keeps (``state``).
 * :class:`Federation`, :class:`FederationHooks` — the typed hooks and what a callback may read of the trainer

@@ -61,8 +61,9 @@ class BatchLossModule(Protocol):
         """
 
     def masked_loss(self, batch: Any, mask: Tensor) -> Tensor:
-        """The training loss (a scalar) of a batch completed by :meth:`step_draws`, counting its rows where ``mask``
-        (``(B,)``, boolean) is true; ``training_step`` gives it with every row counted.
+        """The training loss (a scalar) of a batch completed by :meth:`step_draws`, over the rows where ``mask``.
+
+        ``mask``: boolean, ``(B,)`` (the real rows of a zero-padded batch); ``training_step`` counts every row.
         """
 
     def stacking_refusal(self) -> str | None:

@@ -1,6 +1,7 @@
 """Pure maths of federated learning on heterogeneous clients: torch functions, no Lightning."""
 
 from fedhet.functional.aggregation import weighted_mean, weighted_mean_compute, weighted_mean_update
+from fedhet.functional.anchors import anchor_sample_ce, gaussian_samples, present_classes, present_w2_sq
 from fedhet.functional.centroids import (
     aggregate_centroids,
     class_centroids,
@@ -18,7 +19,6 @@ from fedhet.functional.dictionary import (
     init_dictionary,
 )
 from fedhet.functional.feature_spaces import add_noise_features, prune_features, random_linear_map, resample_images
-from fedhet.functional.anchors import anchor_sample_ce, gaussian_samples, present_classes, present_w2_sq
 from fedhet.functional.gaussian import (
     bures_sq,
     class_moments,

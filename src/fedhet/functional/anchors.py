@@ -62,7 +62,7 @@ def present_w2_sq(
 
 
 def anchor_sample_ce(logits: Tensor, present: Tensor, sample_mask: Tensor) -> Tensor:
-    r""":math:`\sum_{c \in P(B)} \frac{1}{J} \sum_{j=1}^{J} \mathrm{CE}(g(Z_c^j), c)`, the cross-entropy on anchor samples.
+    r"""The cross-entropy on anchor samples, :math:`\sum_{c \in P(B)} \frac{1}{J} \sum_{j} \mathrm{CE}(g(Z_c^j), c)`.
 
     Args:
         logits: :math:`g(Z_c^j)`, shape ``(J, C, C)``: for draw ``j`` of the anchor of class ``c``, the ``C`` logits.

@@ -89,6 +89,13 @@ class FLIC(FederatedClassifier):
     optimizer after one backward pass. Under a plain ``lightning.Trainer`` (whose automatic optimisation steps one
     optimizer) the module runs both in its own hooks, with the same maths.
 
+    Clients train in stacks too (``FederatedTrainer(stack_clients=N)``, :mod:`fedhet.plugins.stacked`): the step's
+    loss is :meth:`masked_loss` (the terms over a presence mask of all :math:`C` classes, padding rows left out) and
+    its anchor noise is drawn with the batch (:meth:`step_draws`), :math:`J` draws for each of the :math:`C` classes,
+    absent ones included, on every path. (Before, only the batch's classes were drawn for: FLIC's random stream, and
+    so its results, changed with it.) ``anchor_update="paper"`` and ``anchor_stats="sampled"`` do not stack
+    (:meth:`stacking_refusal`).
+
     Uploads: the shared parameters (``body.hidden.*`` for FLIC-HL, nothing for FLIC-Class) and the statistics
     ``flic/anchor_means`` :math:`(C, k)` (``flic/anchor_factors`` :math:`(C, k, k)` with learned covariances,
     ``flic/anchor_counts`` :math:`(C,)` with ``anchor_holders_only``). Receives ``flic/global_anchor_means`` (and
@@ -432,10 +439,10 @@ class FLIC(FederatedClassifier):
         x, y, noise = batch
         z = self.embedding(x)
         if self._phase in ALIGNMENT_PHASES:
-            align = self.alignment_loss(z, y, mask=mask)
-            return _Terms(align, align, z)
+            alignment = self.alignment_loss(z, y, mask=mask)
+            return _Terms(alignment, alignment, z)
         loss = masked_mean(F.cross_entropy(self.classify(z), y, reduction="none"), mask)
-        align = None
+        align: Tensor | None = None
         if self.lambda_align and self._phase != "representation":
             align = self.alignment_loss(z, y, mask=mask)
             loss = loss + self.lambda_align * align

@@ -24,6 +24,33 @@ sequential path), those attributes are kept per client (tensors among them go to
 and each trained client is loaded back for its ``on_train_end`` and ``client_statistics()``. A module that keeps its
 optimizer state between rounds (Global Layers' AdamW) has its clients' states stacked into the stack's optimizer and
 split back after; clients join one stack only if their states agree on the scalars (step counts).
+
+A module may have several optimizers (each element-wise): each phase steps the ones it names, as on the sequential
+path, each over the stacked leaves of its own parameters; an optimizer may also step tensors the module holds as
+attributes listed in ``stack_client_attributes`` (made per client by its ``configure_optimizers()``), which then
+become trained leaves of their own. FLIC (Rakotomamonjy et al., TMLR 2024) stacks this way:
+
+* its **preparation phases** (pre-training of the embedding at a client's first participation, re-alignment at later
+  ones: rare, with their own Adam and batch size) run for each client, one at a time with its ``training_step``,
+  before it joins a stack: the client is started as the sequential path starts it (its ``LocalTraining``, its
+  optimizers built, ``on_train_start``), the preparation phases run, and its state is taken after them; their loss and
+  steps join its metrics. Only the regular local phases are stacked;
+* its **anchor copy** (``anchor_update="code"``: a copy of the received anchor means, made by
+  ``configure_optimizers()`` and stepped by a second Adam in every local phase) is one of its
+  ``stack_client_attributes``: each client's copy becomes a ``(K, C, k)`` leaf, stepped by an Adam over the stacked
+  leaves (K independent ones), and each client's trained copy is handed back to its ``on_train_end``, which uploads it;
+* its **loss is not a mean of per-sample losses** (the :math:`W_2^2` between anchors and the batch's class moments):
+  it is a :class:`~fedhet.core.BatchLossModule`, whose ``masked_loss(batch, mask)`` the stacked path calls under
+  ``vmap``; the classes a batch holds are a presence mask over all :math:`C` classes, not a data-dependent ``unique``
+  (:mod:`fedhet.functional.anchors`), and its sequential ``training_step`` is the same function with every row counted;
+* its **random anchor samples** are drawn with the batch (``step_draws``): :math:`J` draws for each of the :math:`C`
+  classes, right after each batch is drawn, on both paths (the sequential ``training_step`` draws them first thing),
+  so both take the same numbers from the same stream in the same order.
+
+FLIC's options whose maths a stack cannot reproduce are refused by its ``stacking_refusal()``: ``anchor_update=
+"paper"`` (its anchor step, with anchor samples, runs after training in ``on_train_end``, which the stacked path runs
+under a fresh seed) and ``anchor_stats="sampled"`` (anchor samples per labelled row inside the :math:`W_2^2` term),
+besides the layers that draw random numbers (dropout: the digits CNN's by default).
 """
 
 from __future__ import annotations
@@ -558,8 +585,10 @@ def _prepare(
 def _step_batches(
     context: ClientContext, module: EngineModule, loader: Iterable[Any], phase: LocalPhase
 ) -> Iterator[Any]:
-    """A client's batches of a local phase, on the device, each with its step's random draws for a module that has
-    them (:meth:`~fedhet.core.BatchLossModule.step_draws`), taken where the sequential ``training_step`` takes them.
+    """A client's batches of a local phase, on the device, each with its step's random draws (if any).
+
+    A :class:`~fedhet.core.BatchLossModule` draws them (``step_draws``) right after each batch is drawn, which is
+    where its ``training_step`` draws them on the sequential path: the same numbers from the same stream.
     """
     move = context.fabric.device.type != "cpu"
     for batch in phase_batches(phase_loader(loader, phase), phase, context.local_epochs, context.local_steps):
