@@ -6,7 +6,7 @@ import torch
 from fedhet.core.statistics import GLOBAL_MEANS
 from fedhet.datamodules import FederatedDataModule
 from fedhet.modules import FLIC, HetFedRep
-from fedhet.plugins import FederatedTrainer
+from fedhet.plugins import FederatedTrainer, UniformSampler
 from tests.conftest import make_client
 from tests.plugins.test_stacked import ROUNDS, SIZES, StackSpy, assert_same_federation, fit
 
@@ -22,6 +22,24 @@ CASES = {
 }
 
 
+TOLERANCES = {
+    # Adam divides by the root of tiny second moments: float32 summation-order differences of 1e-7 grow to ~4e-6 over
+    # three rounds; anchor noise drawn out of order moves the personal parameters by ~3e-3
+    torch.float32: {"rtol": 1e-4, "atol": 1e-5},
+    # the same runs in float64 agree to ~1e-16: both paths compute the same maths
+    torch.float64: {"rtol": 1e-10, "atol": 1e-12},
+}
+
+
+@pytest.fixture(params=list(TOLERANCES), ids=["float32", "float64"])
+def close(request):
+    """Tolerances for a federation built in the parameter's dtype (the default dtype of data, modules and anchors)."""
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(request.param)
+    yield TOLERANCES[request.param]
+    torch.set_default_dtype(default)
+
+
 def two_dimensions():
     """The test federation's clients with 4 or 6 features: two architectures, so two families of stacks."""
     clients = [make_client(cid, n, seed, dim=6 if seed % 2 else 4) for seed, (cid, n) in enumerate(SIZES.items())]
@@ -29,13 +47,11 @@ def two_dimensions():
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_stacked_flic_equals_sequential(tmp_path, monkeypatch, case):
+def test_stacked_flic_equals_sequential(tmp_path, monkeypatch, case, close):
     sequential = fit(tmp_path / "seq", CASES[case](), two_dimensions())
     spy = StackSpy(monkeypatch)
     stacked = fit(tmp_path / "stack", CASES[case](), two_dimensions(), stack_clients=3)
-    # Adam divides by the root of tiny second moments: summation-order differences of 1e-7 grow to ~4e-6 over three
-    # rounds here; anchor noise drawn out of order moves the personal parameters by ~3e-3
-    close = {"rtol": 1e-4, "atol": 1e-5}
+    assert next(iter(stacked.store.values())).personal["head.weight"].dtype == torch.get_default_dtype()
     assert_same_federation(sequential, stacked, **close)
     torch.testing.assert_close(stacked.server_state.statistics, sequential.server_state.statistics, **close)
     for mine, theirs in zip(stacked.history, sequential.history, strict=True):
@@ -68,3 +84,31 @@ def test_flic_options_that_cannot_stack_are_refused(kwargs, reason):
     with pytest.raises(ValueError, match=f"but FLIC cannot train clients in stacks: {reason}"):
         trainer.fit(FLIC(**SMALL, pretrain_epochs=1, **kwargs), two_dimensions())
     assert trainer.history == []
+
+
+def test_sampled_flic_clients_pretraining_and_realigning_share_stacks(tmp_path, monkeypatch):
+    """With half the clients a round, a round mixes first participations (pre-training) and later ones (re-alignment);
+    both run before the clients join the same stacks. In float64 (in float32 Adam grows rounding to 2e-5 here)."""
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        _sampled_rounds(tmp_path, monkeypatch)
+    finally:
+        torch.set_default_dtype(default)
+
+
+def _sampled_rounds(tmp_path, monkeypatch):
+    kwargs = {"sampler": UniformSampler(fraction=0.5), "rounds": 4}
+
+    def make():
+        return FLIC(**SMALL, variant="hl", pretrain_epochs=2, realign_epochs=1)
+
+    sequential = fit(tmp_path / "seq", make(), two_dimensions(), **kwargs)
+    spy = StackSpy(monkeypatch)
+    stacked = fit(tmp_path / "stack", make(), two_dimensions(), stack_clients=4, **kwargs)
+    close = TOLERANCES[torch.float64]
+    assert_same_federation(sequential, stacked, **close)
+    torch.testing.assert_close(stacked.server_state.statistics, sequential.server_state.statistics, **close)
+    assert sum(spy.sizes) == 4 * 4
+    pretraining = [h.get("train/pretrain_loss_mean") for h in stacked.history]
+    assert pretraining == pytest.approx([h.get("train/pretrain_loss_mean") for h in sequential.history], rel=1e-5)

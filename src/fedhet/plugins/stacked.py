@@ -515,7 +515,7 @@ class StackedRunner(LocalRunner):
                 context.fail(client.job.client_id, err, uploads)
             return
         steps = len(losses)
-        mean_losses = losses.float().mean(0).tolist() if steps else [0.0] * len(stack)
+        mean_losses = losses.double().mean(0).tolist() if steps else [0.0] * len(stack)
         kept_after = optimizers if optimizers is not None else [None] * len(stack)
         for client, tensors, loss, optimizer, after in zip(
             stack, trained, mean_losses, kept_after, trained_inputs, strict=True
