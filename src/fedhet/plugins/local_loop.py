@@ -35,19 +35,19 @@ def local_optimizers(module: EngineModule) -> list[Optimizer]:
     return optimizers
 
 
-def configure_optimizer(module: EngineModule) -> Optimizer:
-    """The single optimizer of ``module.configure_optimizers()`` (bare, in a list, or under ``"optimizer"``).
+def check_phase_optimizers(module: EngineModule, phases: Iterable[LocalPhase], count: int) -> None:
+    """Refuse a phase that names an optimizer ``configure_optimizers()`` does not give (it gives ``count``).
 
     Raises:
-        TypeError: naming the module, when it gives several (the stacked path steps one).
+        ValueError: naming the module, the phase and the optimizer.
 
     """
-    optimizers = local_optimizers(module)
-    if len(optimizers) != 1:
-        raise TypeError(
-            f"{type(module).__name__}.configure_optimizers() must return one optimizer here, got {len(optimizers)}"
-        )
-    return optimizers[0]
+    for phase in phases:
+        if not phase.optimizers or not all(0 <= index < count for index in phase.optimizers):
+            raise ValueError(
+                f"{type(module).__name__}: local phase '{phase.name}' names optimizer {phase.optimizer}, but"
+                f" configure_optimizers() gives {count}"
+            )
 
 
 def phase_batches(loader: Iterable, phase: LocalPhase, local_epochs: int, local_steps: int | None) -> Iterable[Any]:
@@ -142,12 +142,7 @@ def run_local_training(
     training = LocalTraining(loader, tuple(phases))
     module.set_local_training(training)  # before configure_optimizers: a module may build what its phases step
     built = optimizers() if optimizers is not None else local_optimizers(module)
-    for phase in phases:
-        if not phase.optimizers or not all(0 <= index < len(built) for index in phase.optimizers):
-            raise ValueError(
-                f"{type(module).__name__}: local phase '{phase.name}' names optimizer {phase.optimizer}, but"
-                f" configure_optimizers() gives {len(built)}"
-            )
+    check_phase_optimizers(module, phases, len(built))
     if optimizer_state is not None:
         states = optimizer_state if isinstance(optimizer_state, list) else [optimizer_state]
         for optimizer, state in zip(built, states, strict=True):

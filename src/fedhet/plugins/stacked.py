@@ -83,7 +83,14 @@ from fedhet.core import (
 from fedhet.core.seeding import seeded
 from fedhet.functional.stacking import masked_mean, stack_padded, stack_states, unstack_states
 from fedhet.plugins.context import ClientContext, ClientJob, LocalResult
-from fedhet.plugins.local_loop import local_metrics, local_optimizers, phase_batches, phase_loader, train_phases
+from fedhet.plugins.local_loop import (
+    check_phase_optimizers,
+    local_metrics,
+    local_optimizers,
+    phase_batches,
+    phase_loader,
+    train_phases,
+)
 from fedhet.plugins.runners import LocalRunner
 
 ELEMENTWISE_OPTIMIZERS: tuple[type[Optimizer], ...] = (SGD, Adam, AdamW, Adagrad, Adamax, NAdam, RAdam, RMSprop)
@@ -311,14 +318,13 @@ def train_stack(
     for name in attributes:
         leaves[name] = torch.stack([client[name].detach() for client in inputs]).requires_grad_(name in trained)
     optimizers = [stacked_optimizer(optimizer, module, leaves, attributes) for optimizer in built]
-    for phase in phases:
-        if not all(0 <= index < len(built) for index in phase.optimizers):
-            raise ValueError(f"local phase '{phase.name}' names optimizer {phase.optimizer}, {len(built)} built")
+    check_phase_optimizers(module, phases, len(built))
+    kept_leaves: list[Tensor] = []
     if optimizer_states is not None:
         if len(built) != 1:
             raise ValueError("kept optimizer states of a module with several optimizers cannot be stacked")
-        names_in_order = _optimizer_names(built[0], module)
-        _load_stacked_state(optimizers[0], [leaves[name] for name in names_in_order], optimizer_states)
+        kept_leaves = [leaves[name] for name in _optimizer_names(built[0], module)]
+        _load_stacked_state(optimizers[0], kept_leaves, optimizer_states)
     named = {f"module.{name}": leaf for name, leaf in leaves.items()}  # the names under the _SampleLosses wrapper
     parameters = dict(module.named_parameters())
     extra: tuple[dict[str, Tensor], ...] = ()
@@ -349,8 +355,7 @@ def train_stack(
     trained_inputs = unstack_states({name: leaves[name].detach() for name in trained}) if trained else []
     kept = None
     if optimizer_states is not None:
-        names_in_order = _optimizer_names(built[0], module)
-        kept = _unstacked_states(optimizers[0], built[0], [leaves[name] for name in names_in_order], len(states))
+        kept = _unstacked_states(optimizers[0], built[0], kept_leaves, len(states))
     return StackResult(
         result,
         torch.stack(losses) if losses else torch.zeros(0, len(states)),
