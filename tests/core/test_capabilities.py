@@ -2,7 +2,7 @@
 
 import torch
 
-from fedhet.core import FederatedModuleProtocol, LocalPhase, PenalisedModule, StackableModule
+from fedhet.core import BatchLossModule, FederatedModuleProtocol, LocalPhase, PenalisedModule, StackableModule
 from fedhet.modules import FLIC, FedAvg, FederatedModule, FedProx
 from fedhet.plugins.stacked import stacking_refusal
 from tests.conftest import make_client
@@ -43,12 +43,19 @@ def test_stacking_asks_for_the_declared_capability():
     assert stacking_refusal(built(FedAvg(hidden_dims=[4]))) is None
 
 
+class OwnFLICStep(FLIC):
+    def training_step(self, batch, batch_idx):
+        return super().training_step(batch, batch_idx) * 2
+
+
 def test_a_subclass_that_changes_the_local_work_is_refused_by_name():
     flic = built(FLIC(latent_dim=4, embedding_hidden_dims=[8], pretrain_epochs=1))
-    assert isinstance(flic, StackableModule)  # it inherits sample_losses, but its training_step is its own
-    assert stacking_refusal(flic).startswith("FLIC overrides training_step")
+    assert isinstance(flic, BatchLossModule)  # its loss is masked_loss, its training_step the same maths
+    assert stacking_refusal(flic) is None
+    own = built(OwnFLICStep(latent_dim=4, embedding_hidden_dims=[8], pretrain_epochs=1))
+    assert stacking_refusal(own).startswith("OwnFLICStep overrides training_step")
     assert stacking_refusal(built(PreparesFirst(hidden_dims=[4]))) == (
-        "PreparesFirst defines preparation_phases, which the stacked path does not run"
+        "PreparesFirst defines preparation_phases and sets no stack_client_attributes"
     )
 
 

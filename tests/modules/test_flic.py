@@ -98,9 +98,10 @@ def test_training_step_is_ce_plus_weighted_w2_plus_anchor_ce():
     present, index = torch.unique(y, return_inverse=True)
     _, means, covs = class_moments(z, index, len(present))
     w2 = gaussian_w2_sq(module.anchor_means[present], None, means, covs).sum()
-    labels = present.repeat_interleave(5)
-    draws = module.anchor_means[labels] + torch.randn(len(labels), 8)
-    anchor_ce = F.cross_entropy(module.classify(draws), labels) * len(present)
+    noise = torch.randn(5, 3, 8)  # J = 5 draws for each of the C = 3 classes (the absent ones' unused)
+    draws = module.anchor_means[present] + noise[:, present]
+    labels = present.expand(5, -1)
+    anchor_ce = F.cross_entropy(module.classify(draws.flatten(0, 1)), labels.flatten()) * len(present)
     expected = F.cross_entropy(module.classify(z), y) + 0.3 * w2 + 0.7 * anchor_ce
     assert torch.allclose(loss, expected, rtol=1e-5)
     module.set_local_phase(LocalPhase("representation", ("body.hidden.*",)))

@@ -11,6 +11,7 @@ from fedhet.modules import FedAvg
 from fedhet.plugins.local_loop import run_local_training
 from fedhet.plugins.stacked import stacking_refusal
 from tests.conftest import make_client
+from tests.plugins.test_stacked import ROUNDS, StackSpy, assert_same_federation, fit
 
 
 class PretrainsItsHead(FedAvg):
@@ -59,9 +60,15 @@ def test_a_phase_naming_a_missing_optimizer_is_refused_before_training():
         )
 
 
-def test_several_optimizers_are_trained_one_by_one_not_in_stacks():
+def test_phases_with_optimizers_of_their_own_train_in_stacks_as_one_by_one(tmp_path, monkeypatch):
+    """Each optimizer of a stack steps the stacked leaves of its own parameters, in the phases that name it."""
     module = built(PretrainsItsHead(hidden_dims=[4]), make_client("a", 24, 0))
-    assert stacking_refusal(module) == "it has 2 optimizers (a stack steps one)"
+    assert stacking_refusal(module) is None
+    sequential = fit(tmp_path / "seq", PretrainsItsHead(hidden_dims=[8]))
+    spy = StackSpy(monkeypatch)
+    stacked = fit(tmp_path / "stack", PretrainsItsHead(hidden_dims=[8]), stack_clients=3)
+    assert_same_federation(sequential, stacked)
+    assert spy.sizes == [3, 3, 2] * ROUNDS
 
 
 class TwoOptimizersOnePass(FedAvg):

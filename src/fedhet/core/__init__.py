@@ -6,8 +6,8 @@ This package imports nothing else of fedhet (only torch), so every other package
 * :class:`ClientSpec` — what a module may know about a client before training (``spec``).
 * :class:`LocalPhase`, :class:`LocalTraining`, :class:`FederatedModuleProtocol` — the module contract the engine
   drives (``protocols``).
-* :class:`StackableModule`, :class:`PenalisedModule`, :class:`RoundAware` — capabilities a module may declare beyond
-  the contract (``capabilities``).
+* :class:`StackableModule`, :class:`BatchLossModule`, :class:`PenalisedModule`, :class:`RoundAware` — capabilities
+  a module may declare beyond the contract (``capabilities``).
 * :class:`ClientUpdate`, :class:`ClientState`, :class:`ServerState`, :class:`ClientFailure`, :class:`RoundUploads`
   — what travels between clients and server and what each keeps (``state``).
 * :class:`Federation`, :class:`FederationHooks` — the typed hooks and what a callback may read of the trainer
@@ -17,7 +17,7 @@ This package imports nothing else of fedhet (only torch), so every other package
 * the statistic names that a method's module uploads and its server callback reads (``statistics``).
 """
 
-from fedhet.core.capabilities import PenalisedModule, RoundAware, StackableModule
+from fedhet.core.capabilities import BatchLossModule, PenalisedModule, RoundAware, StackableModule
 from fedhet.core.hooks import Federation, FederationHooks
 from fedhet.core.protocols import EngineModule, FederatedModuleProtocol, LocalPhase, LocalTraining
 from fedhet.core.seeding import derive_seed, seeded
@@ -34,6 +34,7 @@ from fedhet.core.state import (
 )
 
 __all__ = [
+    "BatchLossModule",
     "ClientFailure",
     "ClientSpec",
     "ClientState",

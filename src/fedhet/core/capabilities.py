@@ -2,6 +2,9 @@
 
 * :class:`StackableModule` — its clients can train many at once (``FederatedTrainer(stack_clients=...)``,
   :mod:`fedhet.plugins.stacked`): it gives the per-sample losses of a batch.
+* :class:`BatchLossModule` — a stackable module whose loss on a batch is not a mean of per-sample losses (FLIC: the
+  moments of the batch's classes, random anchor samples): it gives the loss of a zero-padded batch and draws its
+  random numbers with the batch.
 * :class:`PenalisedModule` — its local loss adds a penalty on the distance between its parameters and those it
   received (FedProx); the stacked path adds it for each client.
 * :class:`RoundAware` — its local schedule depends on the round (FLIC's ``rep_start_round``, ``final_local_epochs``);
@@ -38,6 +41,33 @@ class StackableModule(Protocol):
 
         Rows of zeros (the padding of short batches) must give finite losses.
         """
+
+
+@runtime_checkable
+class BatchLossModule(Protocol):
+    """A stackable module whose loss on a batch is a function of the whole batch, with random draws of its own.
+
+    The stacked path then calls :meth:`masked_loss` for each client under ``torch.func.vmap`` instead of taking the
+    masked mean of ``sample_losses``, and completes each batch with :meth:`step_draws` as it draws the batch, which
+    is where the module's ``training_step`` draws them on the sequential path: both paths take the same numbers from
+    the same random stream.
+    """
+
+    def step_draws(self, batch: Any, phase: str | None) -> Any:
+        """The batch with the random numbers its training step draws in the phase named ``phase`` (global generators).
+
+        Drawn as ``training_step`` draws them, on the batch's device; the tensors of the result have the batch's
+        rows on their first axis, or the same length for every batch, so that short batches can be zero-padded.
+        """
+
+    def masked_loss(self, batch: Any, mask: Tensor) -> Tensor:
+        """The training loss (a scalar) of a batch completed by :meth:`step_draws`, over the rows where ``mask``.
+
+        ``mask``: boolean, ``(B,)`` (the real rows of a zero-padded batch); ``training_step`` counts every row.
+        """
+
+    def stacking_refusal(self) -> str | None:
+        """Why the module's configuration cannot train in stacks (an option whose maths a stack cannot match)."""
 
 
 @runtime_checkable

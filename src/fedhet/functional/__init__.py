@@ -1,6 +1,7 @@
 """Pure maths of federated learning on heterogeneous clients: torch functions, no Lightning."""
 
 from fedhet.functional.aggregation import weighted_mean, weighted_mean_compute, weighted_mean_update
+from fedhet.functional.anchors import anchor_sample_ce, gaussian_samples, present_classes, present_w2_sq
 from fedhet.functional.centroids import (
     aggregate_centroids,
     class_centroids,
@@ -65,7 +66,7 @@ from fedhet.functional.privacy import (
 from fedhet.functional.proximal import proximal_penalty
 from fedhet.functional.representation_kernels import kernel_penalty, random_alignment_inputs
 from fedhet.functional.spd import tangent_vectors, trial_covariances
-from fedhet.functional.stacking import stack_padded, stack_states, unstack_states
+from fedhet.functional.stacking import masked_mean, stack_padded, stack_states, unstack_states
 from fedhet.functional.tabular_metrics import balanced_accuracy, binary_auprc, binary_auroc, one_vs_rest
 from fedhet.functional.wasserstein import (
     ground_cost,
@@ -81,6 +82,7 @@ __all__ = [
     "add_gaussian_noise",
     "add_noise_features",
     "aggregate_centroids",
+    "anchor_sample_ce",
     "atom_batches",
     "balanced_accuracy",
     "binary_auprc",
@@ -103,6 +105,7 @@ __all__ = [
     "fit_softmax_regression",
     "gaussian_barycenter",
     "gaussian_noise_std",
+    "gaussian_samples",
     "gaussian_w2_sq",
     "global_l2_norm",
     "grid_blocks",
@@ -111,6 +114,7 @@ __all__ = [
     "hybrid_partition",
     "init_dictionary",
     "kernel_penalty",
+    "masked_mean",
     "match_neurons",
     "matched_average",
     "matching_cost",
@@ -120,6 +124,8 @@ __all__ = [
     "noise_multiplier_for",
     "one_vs_rest",
     "permute_labels_by_group",
+    "present_classes",
+    "present_w2_sq",
     "project_classifier",
     "project_simplex",
     "proximal_penalty",

@@ -23,7 +23,9 @@ DEFAULT_EPS = 1e-12
 """Eigenvalues at or below it count as zero in the Bures term, so that gradients stay finite at singular covariances."""
 
 
-def class_moments(features: Tensor, labels: Tensor, num_classes: int) -> tuple[Tensor, Tensor, Tensor]:
+def class_moments(
+    features: Tensor, labels: Tensor, num_classes: int, mask: Tensor | None = None
+) -> tuple[Tensor, Tensor, Tensor]:
     r"""Per-class count, mean and unbiased covariance of a batch of features.
 
     .. math::
@@ -31,12 +33,14 @@ def class_moments(features: Tensor, labels: Tensor, num_classes: int) -> tuple[T
         \hat S_c = \frac{1}{n_c - 1} \sum_{l: y_l = c} (z_l - \hat m_c)(z_l - \hat m_c)^\top
 
     with :math:`\hat S_c = 0` when :math:`n_c < 2` and :math:`\hat m_c = 0` when :math:`n_c = 0`. Differentiable in
-    ``features`` (nothing is detached).
+    ``features`` (nothing is detached). Every shape is fixed by ``num_classes`` (no data-dependent ``unique``), so the
+    function runs under ``torch.func.vmap``.
 
     Args:
         features: embeddings :math:`z_l`, shape ``(N, k)``.
         labels: integer labels in ``[0, num_classes)``, shape ``(N,)``.
         num_classes: :math:`C`.
+        mask: which rows count, boolean of shape ``(N,)`` (e.g. the real rows of a zero-padded batch); all by default.
 
     Returns:
         ``(counts, means, covariances)`` of shapes ``(C,)``, ``(C, k)``, ``(C, k, k)``, in the features' dtype.
@@ -55,6 +59,8 @@ def class_moments(features: Tensor, labels: Tensor, num_classes: int) -> tuple[T
         )
     labels = labels.long()
     onehot = torch.nn.functional.one_hot(labels, num_classes).to(features.dtype)  # (N, C)
+    if mask is not None:
+        onehot = onehot * mask.unsqueeze(-1)
     counts = onehot.sum(0)
     means = (onehot.T @ features) / counts.clamp_min(1).unsqueeze(1)
     centred = features - means[labels]

@@ -81,3 +81,21 @@ def stack_padded(batches: Sequence[Sequence[Tensor]]) -> tuple[list[Tensor], Ten
     tensors = [pad_sequence(list(column), batch_first=True) for column in zip(*batches, strict=True)]
     mask = torch.arange(tensors[0].shape[1], device=lengths.device) < lengths[:, None]
     return tensors, mask
+
+
+def masked_mean(values: Tensor, mask: Tensor) -> Tensor:
+    """The mean of the ``values`` whose ``mask`` is true (the real rows of a zero-padded batch).
+
+    Args:
+        values: shape ``(B,)``, e.g. per-sample losses.
+        mask: boolean, shape ``(B,)``, at least one true.
+
+    Returns:
+        a scalar.
+
+    Example:
+        >>> masked_mean(torch.tensor([1.0, 3.0, 100.0]), torch.tensor([True, True, False])).item()
+        2.0
+
+    """
+    return torch.where(mask, values, torch.zeros_like(values)).sum() / mask.sum()

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -23,7 +23,9 @@ from torch.func import functional_call
 
 from fedhet.core import ClientSpec, LocalPhase
 from fedhet.core.statistics import ANCHOR_COUNTS, ANCHOR_FACTORS, ANCHOR_MEANS, GLOBAL_FACTORS, GLOBAL_MEANS
-from fedhet.functional.gaussian import bures_sq, class_moments, gaussian_w2_sq, psd_sqrt
+from fedhet.functional.anchors import anchor_sample_ce, gaussian_samples, present_classes, present_w2_sq
+from fedhet.functional.gaussian import bures_sq, class_moments, psd_sqrt
+from fedhet.functional.stacking import masked_mean
 from fedhet.modules.classifier import FederatedClassifier
 from fedhet.modules.flic_nets import Activation, cnn_embedding, mlp_embedding
 from fedhet.plugins.local_loop import phase_loader
@@ -34,6 +36,14 @@ REPRESENTATION = ("body.hidden.*",)
 EMBEDDING = ("body.embed.*",)
 ALIGNMENT_PHASES = ("pretrain", "realign")
 """The preparation phases: pre-training of the embedding at the first participation, re-alignment at later ones."""
+
+
+class _Terms(NamedTuple):
+    """A training step's loss, its alignment term (``None`` when the step has none) and the batch's embeddings."""
+
+    loss: Tensor
+    align: Tensor | None
+    z: Tensor
 
 
 def lower_triangular(factors: Tensor) -> Tensor:
@@ -78,6 +88,13 @@ class FLIC(FederatedClassifier):
     as ``train/pretrain_loss``; the anchor copy is optimizer 2, which every local phase steps with the model's
     optimizer after one backward pass. Under a plain ``lightning.Trainer`` (whose automatic optimisation steps one
     optimizer) the module runs both in its own hooks, with the same maths.
+
+    Clients train in stacks too (``FederatedTrainer(stack_clients=N)``, :mod:`fedhet.plugins.stacked`): the step's
+    loss is :meth:`masked_loss` (the terms over a presence mask of all :math:`C` classes, padding rows left out) and
+    its anchor noise is drawn with the batch (:meth:`step_draws`), :math:`J` draws for each of the :math:`C` classes,
+    absent ones included, on every path. (Before, only the batch's classes were drawn for: FLIC's random stream, and
+    so its results, changed with it.) ``anchor_update="paper"`` and ``anchor_stats="sampled"`` do not stack
+    (:meth:`stacking_refusal`).
 
     Uploads: the shared parameters (``body.hidden.*`` for FLIC-HL, nothing for FLIC-Class) and the statistics
     ``flic/anchor_means`` :math:`(C, k)` (``flic/anchor_factors`` :math:`(C, k, k)` with learned covariances,
@@ -134,6 +151,8 @@ class FLIC(FederatedClassifier):
     """
 
     reuse_optimizers = False  # configure_optimizers() copies the anchors each client received (optimizer 2)
+    stack_client_attributes = ("_upload", "_local_means", "_local_factors", "pretrain_history")
+    """Set per client before local training (the anchor copy, trained in stacks by optimizer 2) and read after."""
     anchor_means: Tensor  # buffers made by configure_model
     anchor_factors: Tensor
     pretrained: Tensor
@@ -330,40 +349,109 @@ class FLIC(FederatedClassifier):
 
         """
         noise = torch.randn(len(labels), self.latent_dim, device=means.device, dtype=means.dtype)
-        if factors is None:
-            return means[labels] + math.sqrt(self.anchor_variance) * noise
-        return means[labels] + (factors[labels] @ noise.unsqueeze(-1)).squeeze(-1)
+        chosen = None if factors is None else factors[labels]
+        return gaussian_samples(means[labels], chosen, noise, math.sqrt(self.anchor_variance))
 
     def alignment_loss(
-        self, z: Tensor, y: Tensor, means: Tensor | None = None, factors: Tensor | None = None
+        self,
+        z: Tensor,
+        y: Tensor,
+        means: Tensor | None = None,
+        factors: Tensor | None = None,
+        mask: Tensor | None = None,
     ) -> Tensor:
         r""":math:`\sum_{c \in P(B)} W_2^2(\mu_c, \mathcal{N}(\hat m_c, \hat S_c))` for embeddings ``z`` ``(B, k)``.
 
         ``means`` (``(C, k)``) and ``factors`` (``(C, k, k)``, learned covariances only) replace the anchors' own,
-        e.g. by a client's local copy that is being updated.
+        e.g. by a client's local copy that is being updated; ``mask`` (``(B,)``) leaves out padding rows.
+        :math:`P(B)` is a presence mask over all :math:`C` classes (:func:`~fedhet.functional.present_w2_sq`).
         """
         means = self.anchor_means if means is None else means
         factors = self.anchor_factors_or_none() if factors is None else factors
-        present, index = torch.unique(y, return_inverse=True)  # moments of the batch's classes only
-        _, class_means, class_covs = class_moments(z, index, len(present))
+        num_classes = self.spec.num_classes
+        counts, class_means, class_covs = class_moments(z, y, num_classes, mask)
         if self.anchor_stats == "sampled":  # both Gaussians estimated from samples (the reference code)
             draws = self.sample_anchors(y, means, factors)
-            _, anchor_means, anchor_covs = class_moments(draws, index, len(present))
-            return gaussian_w2_sq(anchor_means, psd_sqrt(anchor_covs.detach()), class_means, class_covs).sum()
-        if factors is not None:
-            factors = factors[present]
-        elif self.anchor_variance != 1.0:
+            _, anchor_means, anchor_covs = class_moments(draws, y, num_classes, mask)
+            return present_w2_sq(anchor_means, psd_sqrt(anchor_covs.detach()), counts, class_means, class_covs)
+        if factors is None and self.anchor_variance != 1.0:
             eye = torch.eye(self.latent_dim, device=z.device)
-            factors = math.sqrt(self.anchor_variance) * eye.expand(len(present), -1, -1)
-        return gaussian_w2_sq(means[present], factors, class_means, class_covs).sum()
+            factors = math.sqrt(self.anchor_variance) * eye.expand(num_classes, -1, -1)
+        return present_w2_sq(means, factors, counts, class_means, class_covs)
 
-    def anchor_classification_loss(self, y: Tensor) -> Tensor:
-        r""":math:`\sum_{c \in P(B)} \frac{1}{J} \sum_j \mathrm{CE}(g(Z_c^j), c)` with fresh anchor samples."""
-        present = torch.unique(y)
-        per_class = self.anchor_samples or len(y)
-        labels = present.repeat_interleave(per_class)
-        draws = self.sample_anchors(labels, self.anchor_means, self.anchor_factors_or_none())
-        return F.cross_entropy(self.classify(draws), labels) * len(present)
+    def anchor_classification_loss(self, y: Tensor, noise: Tensor, mask: Tensor | None = None) -> Tensor:
+        r""":math:`\sum_{c \in P(B)} \frac{1}{J} \sum_j \mathrm{CE}(g(Z_c^j), c)`, :math:`Z_c^j = v_c + L_c \xi_j`.
+
+        Args:
+            y: the batch's labels ``(B,)``.
+            noise: :math:`\xi`, shape ``(J, C, k)``: :math:`J` standard normal draws for each of the :math:`C`
+                classes (:meth:`step_draws`); absent classes' draws are left out.
+            mask: the batch's real rows ``(B,)``; with ``anchor_samples=None`` (:math:`J = B`) it also says which
+                draws count.
+
+        """
+        present = present_classes(y, self.spec.num_classes, mask)
+        draws = gaussian_samples(
+            self.anchor_means, self.anchor_factors_or_none(), noise, math.sqrt(self.anchor_variance)
+        )
+        logits = self.classify(draws.flatten(0, 1)).unflatten(0, draws.shape[:2])
+        counted = torch.ones(len(noise), dtype=torch.bool, device=noise.device)
+        if mask is not None and self.anchor_samples is None:
+            counted = mask
+        return anchor_sample_ce(logits, present, counted)
+
+    def step_draws(self, batch: Sequence[Tensor], phase: str | None) -> tuple[Tensor, Tensor, Tensor]:
+        r"""The batch ``(x, y)`` with the anchor noise its step draws: ``(x, y, noise)``, ``noise`` ``(J, C, k)``.
+
+        :math:`J` is ``anchor_samples``, or the batch's size (the code); the noise is empty (``(0, C, k)``, nothing
+        drawn) in a preparation phase or without the :math:`\lambda_2` term. ``training_step`` draws it here, and
+        the stacked path as it draws each batch, so both take the same numbers from the global generator.
+        """
+        x, y = batch[0], batch[1]
+        shape = (self.anchor_samples or len(y), self.spec.num_classes, self.latent_dim)
+        dtype = self.anchor_means.dtype
+        if not self.lambda_anchor or phase in ALIGNMENT_PHASES:
+            return x, y, torch.zeros((0, *shape[1:]), device=x.device, dtype=dtype)
+        return x, y, torch.randn(shape, device=x.device, dtype=dtype)
+
+    def masked_loss(self, batch: Sequence[Tensor], mask: Tensor) -> Tensor:
+        """The loss of ``training_step`` on a batch completed by :meth:`step_draws`, over its rows where ``mask``."""
+        return self._terms(batch, mask).loss
+
+    def stacking_refusal(self) -> str | None:
+        """The options whose maths a stack of clients cannot reproduce (see :mod:`fedhet.plugins.stacked`)."""
+        if self.uses_anchors and self.anchor_update == "paper":
+            return (
+                "anchor_update='paper' takes its anchor step, with anchor samples, after local training (the"
+                " stacked path runs that hook under a fresh seed, so its samples would differ)"
+            )
+        if self.uses_anchors and self.anchor_stats == "sampled":
+            return "anchor_stats='sampled' draws anchor samples inside the W2 term, per labelled row"
+        return None
+
+    def _terms(self, batch: Sequence[Tensor], mask: Tensor) -> _Terms:
+        r"""The step's loss on the rows ``mask`` of ``(x, y, noise)``; under ``torch.func.vmap`` in stacks.
+
+        In a preparation phase the loss is :meth:`alignment_loss` alone. When the engine steps the anchor copy, its
+        objective (:meth:`anchor_objective`) joins the loss as ``a - a.detach()``: its gradient reaches the copy only,
+        and the loss's value (the one reported) stays the model's.
+        """
+        x, y, noise = batch
+        z = self.embedding(x)
+        if self._phase in ALIGNMENT_PHASES:
+            alignment = self.alignment_loss(z, y, mask=mask)
+            return _Terms(alignment, alignment, z)
+        loss = masked_mean(F.cross_entropy(self.classify(z), y, reduction="none"), mask)
+        align: Tensor | None = None
+        if self.lambda_align and self._phase != "representation":
+            align = self.alignment_loss(z, y, mask=mask)
+            loss = loss + self.lambda_align * align
+        if self.lambda_anchor:
+            loss = loss + self.lambda_anchor * self.anchor_classification_loss(y, noise, mask)
+        if self._anchor_optimizer is None and self._local_means is not None:  # the engine steps the copy
+            anchor = self.anchor_objective(z.detach(), y, self._local_means, self._local_factors, mask)
+            loss = loss + (anchor - anchor.detach())
+        return _Terms(loss, align, z)
 
     # ---------------------------------------------------------------- local schedule
     def set_round(self, round_idx: int, rounds: int) -> None:
@@ -455,30 +543,21 @@ class FLIC(FederatedClassifier):
     def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
         r"""Cross-entropy, plus :math:`\lambda_1 W_2^2` (not in the representation phase) and :math:`\lambda_2` CE.
 
-        In a preparation phase the loss is :meth:`alignment_loss` alone. When the engine steps the anchor copy, its
-        objective (:meth:`anchor_objective`) joins the backward pass as ``a - a.detach()``: its gradient reaches the
-        copy only, and the loss's value (the one reported) stays the model's.
+        The loss is :meth:`masked_loss` of the batch with its draws (:meth:`step_draws`), every row counted. In a
+        preparation phase it is :meth:`alignment_loss` alone. Without the engine the module steps its anchor copy
+        itself here.
         """
-        x, y = batch
-        z = self.embedding(x)
+        x, y, noise = self.step_draws(batch, self._phase)
+        terms = self._terms((x, y, noise), torch.ones(len(y), dtype=torch.bool, device=y.device))
         if self._phase in ALIGNMENT_PHASES:
-            align = self.alignment_loss(z, y)
-            self._alignment_losses.append(align.detach())
-            return align
-        loss = F.cross_entropy(self.classify(z), y)
-        if self.lambda_align and self._phase != "representation":
-            align = self.alignment_loss(z, y)
-            self.log("train/align", align)
-            loss = loss + self.lambda_align * align
-        if self.lambda_anchor:
-            loss = loss + self.lambda_anchor * self.anchor_classification_loss(y)
+            self._alignment_losses.append(terms.loss.detach())
+            return terms.loss
+        if terms.align is not None:
+            self.log("train/align", terms.align)
         if self._anchor_optimizer is not None:  # no engine: the module steps its copy itself
-            self._code_anchor_step(z.detach(), y)
-        elif self._local_means is not None:  # the engine steps the copy (optimizer 2) after this backward pass
-            anchor = self.anchor_objective(z.detach(), y, self._local_means, self._local_factors)
-            loss = loss + (anchor - anchor.detach())
-        self.log("train/loss", loss, prog_bar=True)
-        return loss
+            self._code_anchor_step(terms.z.detach(), y)
+        self.log("train/loss", terms.loss, prog_bar=True)
+        return terms.loss
 
     # ---------------------------------------------------------------- pre-training
     def pretrain_embedding(self, loader: Iterable, epochs: int) -> list[float]:
@@ -523,7 +602,9 @@ class FLIC(FederatedClassifier):
             self._anchor_optimizer = self._anchor_copy_optimizer()
 
     # ---------------------------------------------------------------- anchor update and uploads
-    def anchor_objective(self, z: Tensor, y: Tensor, means: Tensor, factors: Tensor | None) -> Tensor:
+    def anchor_objective(
+        self, z: Tensor, y: Tensor, means: Tensor, factors: Tensor | None, mask: Tensor | None = None
+    ) -> Tensor:
         r"""The reference code's anchor loss: CE of the classifier on the C means plus :math:`W_2^2` to the batch.
 
         The classifier's weights are held fixed (detached), so the loss's gradient reaches the anchors only.
@@ -533,13 +614,14 @@ class FLIC(FederatedClassifier):
             y: its labels ``(B,)``.
             means: the local anchor means ``(C, k)``.
             factors: the local anchor factors ``(C, k, k)``, or ``None`` for fixed covariances.
+            mask: the batch's real rows ``(B,)``; all by default.
 
         """
         hidden = {name: p.detach() for name, p in self.hidden.named_parameters()}
         head = {name: p.detach() for name, p in self.head.named_parameters()}
         logits = functional_call(self.head, head, (functional_call(self.hidden, hidden, (means,)),))
         targets = torch.arange(len(means), device=means.device)
-        return F.cross_entropy(logits, targets) + self.alignment_loss(z, y, means, factors)
+        return F.cross_entropy(logits, targets) + self.alignment_loss(z, y, means, factors, mask)
 
     def _code_anchor_step(self, z: Tensor, y: Tensor) -> None:
         """The reference code's per-batch anchor step (:meth:`anchor_objective`), taken by the module itself.

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import nullcontext
 from typing import Any, cast
 
@@ -35,19 +35,19 @@ def local_optimizers(module: EngineModule) -> list[Optimizer]:
     return optimizers
 
 
-def configure_optimizer(module: EngineModule) -> Optimizer:
-    """The single optimizer of ``module.configure_optimizers()`` (bare, in a list, or under ``"optimizer"``).
+def check_phase_optimizers(module: EngineModule, phases: Iterable[LocalPhase], count: int) -> None:
+    """Refuse a phase that names an optimizer ``configure_optimizers()`` does not give (it gives ``count``).
 
     Raises:
-        TypeError: naming the module, when it gives several (the stacked path steps one).
+        ValueError: naming the module, the phase and the optimizer.
 
     """
-    optimizers = local_optimizers(module)
-    if len(optimizers) != 1:
-        raise TypeError(
-            f"{type(module).__name__}.configure_optimizers() must return one optimizer here, got {len(optimizers)}"
-        )
-    return optimizers[0]
+    for phase in phases:
+        if not phase.optimizers or not all(0 <= index < count for index in phase.optimizers):
+            raise ValueError(
+                f"{type(module).__name__}: local phase '{phase.name}' names optimizer {phase.optimizer}, but"
+                f" configure_optimizers() gives {count}"
+            )
 
 
 def phase_batches(loader: Iterable, phase: LocalPhase, local_epochs: int, local_steps: int | None) -> Iterable[Any]:
@@ -142,55 +142,86 @@ def run_local_training(
     training = LocalTraining(loader, tuple(phases))
     module.set_local_training(training)  # before configure_optimizers: a module may build what its phases step
     built = optimizers() if optimizers is not None else local_optimizers(module)
-    for phase in phases:
-        if not phase.optimizers or not all(0 <= index < len(built) for index in phase.optimizers):
-            raise ValueError(
-                f"{type(module).__name__}: local phase '{phase.name}' names optimizer {phase.optimizer}, but"
-                f" configure_optimizers() gives {len(built)}"
-            )
+    check_phase_optimizers(module, phases, len(built))
     if optimizer_state is not None:
         states = optimizer_state if isinstance(optimizer_state, list) else [optimizer_state]
         for optimizer, state in zip(built, states, strict=True):
             optimizer.load_state_dict(state)
-    # full precision needs none of Fabric's loss scaling or autocast: skip their per-step dispatch
-    plain = type(fabric.strategy.precision) is Precision
-    wrapped = fabric.setup_optimizers(*built) if not plain else built
-    step_optimizers = cast(list[Optimizer], list(wrapped) if isinstance(wrapped, (list, tuple)) else [wrapped])
-    autocast = nullcontext if plain else fabric.autocast
-    backward = torch.Tensor.backward if plain else fabric.backward
     if not module.training:
         module.train()
-    move = fabric.device.type != "cpu"  # in-memory CPU batches need no per-step device dispatch on a CPU run
-    losses: dict[str, list[torch.Tensor]] = {"loss": []}
     try:
         module.on_train_start()
-        for phase in phases:
-            module.set_local_phase(phase)
-            stepped = [step_optimizers[index] for index in phase.optimizers]
-            phase_losses = losses.setdefault(phase.loss_key, [])
-            batches = phase_batches(phase_loader(loader, phase), phase, local_epochs, local_steps)
-            for batch_idx, batch in enumerate(batches):
-                if move:
-                    batch = fabric.to_device(batch)
-                with autocast():
-                    output = module.training_step(batch, batch_idx)
-                loss = output if isinstance(output, torch.Tensor) else output["loss"]
-                backward(loss)
-                for optimizer in stepped:
-                    optimizer.step()
-                    optimizer.zero_grad(set_to_none=True)
-                phase_losses.append(loss.detach())
-        module.set_local_phase(None)
+        losses = train_phases(fabric, module, loader, phases, built, local_epochs, local_steps)
         module.on_train_end()
     finally:
         module.set_local_training(None)
-    metrics = {name: _mean(values, move) for name, values in training.logs.items() if values}
-    metrics.update({key: _mean(values, move) if values else 0.0 for key, values in losses.items()})
-    metrics["steps"] = float(sum(len(values) for values in losses.values()))
+    metrics = local_metrics(training.logs, losses, fabric.device.type != "cpu")
     if not keep_optimizer_state:
         return metrics, None
     states = [optimizer.state_dict() for optimizer in built]
     return metrics, states[0] if len(states) == 1 else states
+
+
+def train_phases(
+    fabric: Fabric,
+    module: EngineModule,
+    loader: Iterable,
+    phases: Sequence[LocalPhase],
+    optimizers: Sequence[Optimizer],
+    local_epochs: int,
+    local_steps: int | None,
+) -> dict[str, list[torch.Tensor]]:
+    """Run ``phases`` with the module's ``training_step``, each stepping the ``optimizers`` it names; phase left after.
+
+    Args:
+        fabric: the run's Fabric (device, precision, backward).
+        module: the client's module, started (``on_train_start``) and holding its ``LocalTraining``.
+        loader: the client's training batches.
+        phases: the phases to run, in order.
+        optimizers: the module's optimizers (``configure_optimizers()``), as built.
+        local_epochs: epochs of a phase whose ``epochs`` is ``None``.
+        local_steps: if set, optimizer steps of a phase whose ``steps`` is ``None``.
+
+    Returns:
+        each step's loss under its phase's ``loss_key`` (``"loss"`` always present).
+
+    """
+    # full precision needs none of Fabric's loss scaling or autocast: skip their per-step dispatch
+    plain = type(fabric.strategy.precision) is Precision
+    wrapped = fabric.setup_optimizers(*optimizers) if not plain and optimizers else optimizers
+    step_optimizers = cast(list[Optimizer], list(wrapped) if isinstance(wrapped, (list, tuple)) else [wrapped])
+    autocast = nullcontext if plain else fabric.autocast
+    backward = torch.Tensor.backward if plain else fabric.backward
+    move = fabric.device.type != "cpu"  # in-memory CPU batches need no per-step device dispatch on a CPU run
+    losses: dict[str, list[torch.Tensor]] = {"loss": []}
+    for phase in phases:
+        module.set_local_phase(phase)
+        stepped = [step_optimizers[index] for index in phase.optimizers]
+        phase_losses = losses.setdefault(phase.loss_key, [])
+        batches = phase_batches(phase_loader(loader, phase), phase, local_epochs, local_steps)
+        for batch_idx, batch in enumerate(batches):
+            if move:
+                batch = fabric.to_device(batch)
+            with autocast():
+                output = module.training_step(batch, batch_idx)
+            loss = output if isinstance(output, torch.Tensor) else output["loss"]
+            backward(loss)
+            for optimizer in stepped:
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+            phase_losses.append(loss.detach())
+    module.set_local_phase(None)
+    return losses
+
+
+def local_metrics(
+    logs: Mapping[str, list[torch.Tensor]], losses: Mapping[str, list[torch.Tensor]], on_device: bool
+) -> dict[str, float]:
+    """A client's training metrics: the mean of each logged name and of each phase loss key, and the steps taken."""
+    metrics = {name: _mean(values, on_device) for name, values in logs.items() if values}
+    metrics.update({key: _mean(values, on_device) if values else 0.0 for key, values in losses.items()})
+    metrics["steps"] = float(sum(len(values) for values in losses.values()))
+    return metrics
 
 
 def _mean(values: list[torch.Tensor], on_device: bool) -> float:

@@ -24,14 +24,41 @@ sequential path), those attributes are kept per client (tensors among them go to
 and each trained client is loaded back for its ``on_train_end`` and ``client_statistics()``. A module that keeps its
 optimizer state between rounds (Global Layers' AdamW) has its clients' states stacked into the stack's optimizer and
 split back after; clients join one stack only if their states agree on the scalars (step counts).
+
+A module may have several optimizers (each element-wise): each phase steps the ones it names, as on the sequential
+path, each over the stacked leaves of its own parameters; an optimizer may also step tensors the module holds as
+attributes listed in ``stack_client_attributes`` (made per client by its ``configure_optimizers()``), which then
+become trained leaves of their own. FLIC (Rakotomamonjy et al., TMLR 2024) stacks this way:
+
+* its **preparation phases** (pre-training of the embedding at a client's first participation, re-alignment at later
+  ones: rare, with their own Adam and batch size) run for each client, one at a time with its ``training_step``,
+  before it joins a stack: the client is started as the sequential path starts it (its ``LocalTraining``, its
+  optimizers built, ``on_train_start``), the preparation phases run, and its state is taken after them; their loss and
+  steps join its metrics. Only the regular local phases are stacked;
+* its **anchor copy** (``anchor_update="code"``: a copy of the received anchor means, made by
+  ``configure_optimizers()`` and stepped by a second Adam in every local phase) is one of its
+  ``stack_client_attributes``: each client's copy becomes a ``(K, C, k)`` leaf, stepped by an Adam over the stacked
+  leaves (K independent ones), and each client's trained copy is handed back to its ``on_train_end``, which uploads it;
+* its **loss is not a mean of per-sample losses** (the :math:`W_2^2` between anchors and the batch's class moments):
+  it is a :class:`~fedhet.core.BatchLossModule`, whose ``masked_loss(batch, mask)`` the stacked path calls under
+  ``vmap``; the classes a batch holds are a presence mask over all :math:`C` classes, not a data-dependent ``unique``
+  (:mod:`fedhet.functional.anchors`), and its sequential ``training_step`` is the same function with every row counted;
+* its **random anchor samples** are drawn with the batch (``step_draws``): :math:`J` draws for each of the :math:`C`
+  classes, right after each batch is drawn, on both paths (the sequential ``training_step`` draws them first thing),
+  so both take the same numbers from the same stream in the same order.
+
+FLIC's options whose maths a stack cannot reproduce are refused by its ``stacking_refusal()``: ``anchor_update=
+"paper"`` (its anchor step, with anchor samples, runs after training in ``on_train_end``, which the stacked path runs
+under a fresh seed) and ``anchor_stats="sampled"`` (anchor samples per labelled row inside the :math:`W_2^2` term),
+besides the layers that draw random numbers (dropout: the digits CNN's by default).
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from lightning.fabric import Fabric
@@ -43,11 +70,27 @@ from torch.nn.modules.batchnorm import _NormBase
 from torch.nn.modules.dropout import _DropoutNd
 from torch.optim import SGD, Adagrad, Adam, Adamax, AdamW, NAdam, Optimizer, RAdam, RMSprop
 
-from fedhet.core import EngineModule, LocalPhase, LocalTraining, PenalisedModule, RoundUploads, StackableModule, to_cpu
+from fedhet.core import (
+    BatchLossModule,
+    EngineModule,
+    LocalPhase,
+    LocalTraining,
+    PenalisedModule,
+    RoundUploads,
+    StackableModule,
+    to_cpu,
+)
 from fedhet.core.seeding import seeded
-from fedhet.functional.stacking import stack_padded, stack_states, unstack_states
+from fedhet.functional.stacking import masked_mean, stack_padded, stack_states, unstack_states
 from fedhet.plugins.context import ClientContext, ClientJob, LocalResult
-from fedhet.plugins.local_loop import configure_optimizer, local_optimizers, phase_batches
+from fedhet.plugins.local_loop import (
+    check_phase_optimizers,
+    local_metrics,
+    local_optimizers,
+    phase_batches,
+    phase_loader,
+    train_phases,
+)
 from fedhet.plugins.runners import LocalRunner
 
 ELEMENTWISE_OPTIMIZERS: tuple[type[Optimizer], ...] = (SGD, Adam, AdamW, Adagrad, Adamax, NAdam, RAdam, RMSprop)
@@ -69,29 +112,32 @@ def stacking_refusal(module: EngineModule) -> str | None:
     ``stack_client_attributes``, holds no layer that draws random numbers or normalises with batch statistics in the
     mode it trains in (dropout, BatchNorm in training mode: per-client results could not match; a BatchNorm in
     inference mode, as Global Layers keeps them, is an affine map of each client's own buffers), and its
-    ``configure_optimizers()`` gives one of :data:`ELEMENTWISE_OPTIMIZERS`.
+    ``configure_optimizers()`` gives only :data:`ELEMENTWISE_OPTIMIZERS`. A :class:`~fedhet.core.BatchLossModule`
+    (FLIC) stands for ``sample_losses`` with ``masked_loss`` and may refuse options of its own
+    (``stacking_refusal()``); ``preparation_phases`` (FLIC's pre-training) need ``stack_client_attributes``: they run
+    for each client, sequentially, before it joins a stack.
     """
     if not isinstance(module, StackableModule):
         return "it has no sample_losses method (the per-sample losses of a batch)"
     mro = type(module).__mro__
-    owner = next(cls for cls in mro if "sample_losses" in cls.__dict__)
+    loss = "masked_loss" if isinstance(module, BatchLossModule) else "sample_losses"
+    owner = next(cls for cls in mro if loss in cls.__dict__)
     hooks_run = _client_attributes(module) is not None
     for cls in mro[: mro.index(owner)]:
         hooks = [hook for hook in _LOSS_HOOKS[: 1 if hooks_run else None] if hook in cls.__dict__]
         if hooks:
             return f"{cls.__name__} overrides {', '.join(hooks)}, which the stacked path does not call"
     preparing = next((cls for cls in mro[: mro.index(owner) + 1] if "preparation_phases" in cls.__dict__), None)
-    if preparing is not None:
-        return f"{preparing.__name__} defines preparation_phases, which the stacked path does not run"
+    if preparing is not None and not hooks_run:
+        return f"{preparing.__name__} defines preparation_phases and sets no stack_client_attributes"
     refusal = _layer_refusal(module)
+    if refusal is None and isinstance(module, BatchLossModule):
+        refusal = module.stacking_refusal()
     if refusal is not None:
         return refusal
     if module.client_statistics() and not hooks_run:
         return "it uploads client_statistics() and sets no stack_client_attributes"
-    optimizers = local_optimizers(module)
-    if len(optimizers) != 1:
-        return f"it has {len(optimizers)} optimizers (a stack steps one)"
-    return _optimizer_refusal(optimizers[0])
+    return next(filter(None, map(_optimizer_refusal, local_optimizers(module))), None)
 
 
 def _layer_refusal(module: EngineModule) -> str | None:
@@ -137,14 +183,19 @@ def check_stacking(fabric: Fabric, modules: Iterable[EngineModule]) -> None:
 
 
 def stacked_optimizer(
-    optimizer: Optimizer, module: nn.Module | EngineModule, leaves: Mapping[str, Tensor]
+    optimizer: Optimizer,
+    module: nn.Module | EngineModule,
+    leaves: Mapping[str, Tensor],
+    attributes: Iterable[str] = (),
 ) -> Optimizer:
     """An optimizer of ``optimizer``'s class, settings and parameter groups over the leaves standing for its parameters.
 
     Args:
-        optimizer: an optimizer over (some of) ``module``'s parameters.
+        optimizer: an optimizer over (some of) ``module``'s parameters, or tensors that ``module`` holds as attributes.
         module: the module whose parameter names key ``leaves``.
-        leaves: ``name -> (K, *shape)`` stacked tensors, one per parameter of ``module`` at least.
+        leaves: ``name -> (K, *shape)`` stacked tensors, one per parameter of ``module`` at least (and one per name
+            of ``attributes`` that ``optimizer`` steps).
+        attributes: names of ``module``'s tensor attributes that ``optimizer`` may step (e.g. FLIC's anchor copy).
 
     Raises:
         TypeError: when ``optimizer`` is not one of :data:`ELEMENTWISE_OPTIMIZERS`.
@@ -153,27 +204,39 @@ def stacked_optimizer(
     reason = _optimizer_refusal(optimizer)
     if reason is not None:
         raise TypeError(f"cannot step stacked clients: {reason}")
-    names = {id(param): name for name, param in module.named_parameters()}
+    names = _tensor_names(module, attributes)
     groups = [{**group, "params": [leaves[names[id(p)]] for p in group["params"]]} for group in optimizer.param_groups]
     optimizer_class: Any = type(optimizer)  # an element-wise optimizer: its first argument takes parameter groups
     return optimizer_class(groups)  # every group holds all its settings
 
 
+def _tensor_names(module: nn.Module | EngineModule, attributes: Iterable[str]) -> dict[int, str]:
+    """The names of ``module``'s parameters and of its tensor ``attributes``, by the tensors' ids."""
+    names = {id(param): name for name, param in module.named_parameters()}
+    names.update({id(getattr(module, name)): name for name in attributes if isinstance(getattr(module, name), Tensor)})
+    return names
+
+
 class _SampleLosses(nn.Module):
-    """``module.sample_losses`` as a ``forward``: ``torch.func.functional_call`` calls a module's ``forward``."""
+    """A client's loss on a padded batch as a ``forward`` (``torch.func.functional_call`` calls ``forward``).
+
+    The mean of ``module.sample_losses`` over the real rows, or a :class:`~fedhet.core.BatchLossModule`'s
+    ``masked_loss``.
+    """
 
     def __init__(self, module: EngineModule) -> None:
         super().__init__()
-        self.module: Any = module  # a stackable module: it has sample_losses (and maybe local_penalty)
+        self.module: Any = module  # a stackable module: it has sample_losses (and maybe local_penalty, masked_loss)
 
-    def forward(self, batch: Sequence[Tensor]) -> Tensor:
-        return self.module.sample_losses(batch)
+    def forward(self, batch: Sequence[Tensor], mask: Tensor) -> Tensor:
+        if isinstance(self.module, BatchLossModule):
+            return self.module.masked_loss(batch, mask)
+        return masked_mean(self.module.sample_losses(batch), mask)
 
 
 def _client_loss(losses: _SampleLosses, state: dict[str, Tensor], batch: list[Tensor], mask: Tensor) -> Tensor:
-    """One client's mean loss over the real rows (``mask``) of its padded batch, with its own tensors (``state``)."""
-    per_sample = functional_call(losses, state, (batch,))
-    return torch.where(mask, per_sample, 0.0).sum() / mask.sum()
+    """One client's loss over the real rows (``mask``) of its padded batch, with its own tensors (``state``)."""
+    return functional_call(losses, state, (batch, mask))
 
 
 def _penalised_client_loss(
@@ -188,6 +251,19 @@ def _penalised_client_loss(
     return _client_loss(losses, state, batch, mask) + losses.module.local_penalty(params, received)
 
 
+class StackResult(NamedTuple):
+    """What :func:`train_stack` gives back."""
+
+    states: list[dict[str, Tensor]]
+    """Each client's trained state (views of the stacked tensors)."""
+    losses: Tensor
+    """Every step's losses, shape ``(steps, K)``."""
+    optimizer_states: list[dict[str, Any]] | None
+    """With ``optimizer_states``, each client's optimizer state after training (as ``state_dict()`` gives it)."""
+    inputs: list[dict[str, Tensor]]
+    """Each client's ``inputs`` that an optimizer trained (e.g. FLIC's anchor copy), after training."""
+
+
 def train_stack(
     module: EngineModule,
     states: Sequence[Mapping[str, Tensor]],
@@ -195,14 +271,16 @@ def train_stack(
     phases: Sequence[LocalPhase],
     inputs: Sequence[Mapping[str, Tensor]] = (),
     optimizer_states: Sequence[Mapping[str, Any] | None] | None = None,
-) -> tuple[list[dict[str, Tensor]], Tensor, list[dict[str, Any]] | None]:
+) -> StackResult:
     """Train ``K`` clients of ``module``'s architecture at once through the local ``phases``.
 
     Each step stacks the clients' batches (zero-padded to the longest, see
-    :func:`~fedhet.functional.stack_padded`), computes every client's mean loss with ``torch.func.vmap`` over
-    ``torch.func.functional_call`` of ``module.sample_losses``, back-propagates their sum into the stacked tensors and
-    steps one optimizer built from ``module.configure_optimizers()`` (:func:`stacked_optimizer`). A phase trains the
-    parameters that ``module.set_local_phase(phase)`` leaves trainable.
+    :func:`~fedhet.functional.stack_padded`), computes every client's loss with ``torch.func.vmap`` over
+    ``torch.func.functional_call`` of ``module.sample_losses`` (their masked mean) or ``module.masked_loss``,
+    back-propagates their sum into the stacked tensors and steps the optimizers that the phase names, each built from
+    ``module.configure_optimizers()`` (:func:`stacked_optimizer`). A phase trains the parameters that
+    ``module.set_local_phase(phase)`` leaves trainable; an optimizer may also step some of the ``inputs`` (tensors the
+    module holds as attributes, e.g. FLIC's anchor copy, which its ``configure_optimizers()`` makes).
 
     Args:
         module: a stackable module (:func:`stacking_refusal`); its own tensors are not used or changed.
@@ -212,31 +290,42 @@ def train_stack(
         phases: the local schedule.
         inputs: per client, tensors that replace the module's attributes of those names while its losses are computed
             (e.g. FedPAC's own centroids), each of one shape for every client; none by default.
-        optimizer_states: for a module that keeps its optimizer state between rounds, each client's kept state
-            (``Optimizer.state_dict()`` of the module's optimizer; ``None``: a new optimizer), stacked into the one
-            optimizer; the clients must agree on the state's scalars (e.g. Adam's step count). ``None``: none kept.
+        optimizer_states: for a module that keeps the state of its one optimizer between rounds, each client's kept
+            state (``Optimizer.state_dict()``; ``None``: a new optimizer), stacked into the one optimizer; the clients
+            must agree on the state's scalars (e.g. Adam's step count). ``None``: none kept.
 
     Returns:
-        each client's trained state (views of the stacked tensors), every step's losses, shape ``(steps, K)``, and,
-        with ``optimizer_states``, each client's optimizer state after training (as ``state_dict()`` gives it).
+        the trained states, the losses, the kept optimizer states and the trained inputs (:class:`StackResult`).
 
     Raises:
         ValueError: when a layer normalises with batch statistics in the mode the module is in (BatchNorm in
-            training mode: a stack's statistics would mix its clients).
+            training mode: a stack's statistics would mix its clients), when a phase names an optimizer that
+            ``configure_optimizers()`` does not give, or with kept states of several optimizers.
 
     """
     refusal = _layer_refusal(module)
     if refusal is not None:
         raise ValueError(f"{type(module).__name__} cannot train in a stack: {refusal}")
     leaves = stack_states(states)
-    built = configure_optimizer(module)
-    optimizer = stacked_optimizer(built, module, leaves)
-    names = _optimizer_names(built, module)
+    attributes = tuple(inputs[0]) if inputs else ()
+    module.set_local_training(LocalTraining((), tuple(phases)))  # as the sequential path builds them
+    try:
+        built = local_optimizers(module)
+    finally:
+        module.set_local_training(None)
+    stepped_ids = {id(p) for optimizer in built for group in optimizer.param_groups for p in group["params"]}
+    trained = [name for name in attributes if id(getattr(module, name)) in stepped_ids]
+    for name in attributes:
+        leaves[name] = torch.stack([client[name].detach() for client in inputs]).requires_grad_(name in trained)
+    optimizers = [stacked_optimizer(optimizer, module, leaves, attributes) for optimizer in built]
+    check_phase_optimizers(module, phases, len(built))
+    kept_leaves: list[Tensor] = []
     if optimizer_states is not None:
-        _load_stacked_state(optimizer, [leaves[name] for name in names], optimizer_states)
+        if len(built) != 1:
+            raise ValueError("kept optimizer states of a module with several optimizers cannot be stacked")
+        kept_leaves = [leaves[name] for name in _optimizer_names(built[0], module)]
+        _load_stacked_state(optimizers[0], kept_leaves, optimizer_states)
     named = {f"module.{name}": leaf for name, leaf in leaves.items()}  # the names under the _SampleLosses wrapper
-    if inputs:
-        named.update({f"module.{name}": torch.stack([client[name] for client in inputs]) for name in inputs[0]})
     parameters = dict(module.named_parameters())
     extra: tuple[dict[str, Tensor], ...] = ()
     if (
@@ -251,25 +340,33 @@ def train_stack(
             module.set_local_phase(phase)
             for name, param in parameters.items():
                 leaves[name].requires_grad_(param.requires_grad)
+            stepped = [optimizers[i] for i in phase.optimizers]
             for step in zip(*(client[index] for client in batches), strict=True):
                 tensors, mask = stack_padded(step)
                 loss = client_losses(named, tensors, mask, *extra)
                 loss.sum().backward()
-                optimizer.step()
-                optimizer.zero_grad(set_to_none=True)
+                for optimizer in stepped:
+                    optimizer.step()
+                    optimizer.zero_grad(set_to_none=True)
                 losses.append(loss.detach())
     finally:
         module.set_local_phase(None)
-    trained = unstack_states({name: leaf.detach() for name, leaf in leaves.items()})
+    result = unstack_states({name: leaf.detach() for name, leaf in leaves.items() if name not in attributes})
+    trained_inputs = unstack_states({name: leaves[name].detach() for name in trained}) if trained else []
     kept = None
     if optimizer_states is not None:
-        kept = _unstacked_states(optimizer, built, [leaves[name] for name in names], len(states))
-    return trained, torch.stack(losses) if losses else torch.zeros(0, len(states)), kept
+        kept = _unstacked_states(optimizers[0], built[0], kept_leaves, len(states))
+    return StackResult(
+        result,
+        torch.stack(losses) if losses else torch.zeros(0, len(states)),
+        kept,
+        trained_inputs or [{} for _ in states],
+    )
 
 
 def _optimizer_names(optimizer: Optimizer, module: nn.Module | EngineModule) -> list[str]:
     """The names of ``optimizer``'s parameters, in the order its ``state_dict()`` numbers them."""
-    names = {id(param): name for name, param in module.named_parameters()}
+    names = _tensor_names(module, ())
     return [names[id(p)] for group in optimizer.param_groups for p in group["params"]]
 
 
@@ -359,6 +456,8 @@ class _Ready:
     loader: Iterable[Any]
     attributes: dict[str, Any] | None
     """What the module's ``on_train_start`` set (``stack_client_attributes``); ``None``: its hooks are not run."""
+    prepared: dict[str, float]
+    """The metrics of the client's preparation phases (its logs, phase losses and steps), run before it joined."""
     optimizer: dict[str, Any] | None = None
     """The optimizer state the client kept from its last round (modules with ``keep_optimizer_state``)."""
 
@@ -388,19 +487,15 @@ class StackedRunner(LocalRunner):
         names = _client_attributes(module)
         with seeded(context.fit_seed(job.client_id, job.round_idx), [context.fabric.device]):
             loader = context.client_data(job.client_id).train_dataloader()
-            attributes = _start(module, loader, names) if names is not None else None
-            batches = [
-                list(phase_batches(loader, phase, context.local_epochs, context.local_steps)) for phase in phases
-            ]
+            attributes, prepared = _prepare(context, job, loader, names) if names is not None else (None, {})
+            batches = [list(_step_batches(context, module, loader, phase)) for phase in phases]
         state = {name: tensor.detach().clone() for name, tensor in job.slot.tensors().items()}
-        if context.fabric.device.type != "cpu":
-            batches = [[context.fabric.to_device(batch) for batch in phase] for phase in batches]
         kept = context.store[job.client_id].optimizer if module.keep_optimizer_state else None
         if isinstance(kept, list):
             raise TypeError("a module that keeps the state of several optimizers cannot train in stacks")
         key = (context.signatures[job.client_id], tuple(phases), tuple(map(len, batches)), _scalar_state(kept))
         stack = self._stacks.setdefault(key, [])
-        stack.append(_Ready(job, state, phases, batches, loader, attributes, kept))
+        stack.append(_Ready(job, state, phases, batches, loader, attributes, prepared, kept))
         if len(stack) == self.size:
             self._train(context, self._stacks.pop(key), uploads)
 
@@ -417,7 +512,7 @@ class StackedRunner(LocalRunner):
             states, batches = [c.state for c in stack], [c.batches for c in stack]
             inputs = [{k: v for k, v in (c.attributes or {}).items() if isinstance(v, Tensor)} for c in stack]
             kept = [c.optimizer for c in stack] if slot.module.keep_optimizer_state else None
-            trained, losses, optimizers = train_stack(
+            trained, losses, optimizers, trained_inputs = train_stack(
                 slot.module, states, batches, stack[0].phases, inputs if inputs[0] else (), kept
             )
         except Exception as err:  # e.g. a module whose sample_losses cannot run under vmap: its clients fail, named
@@ -425,15 +520,18 @@ class StackedRunner(LocalRunner):
                 context.fail(client.job.client_id, err, uploads)
             return
         steps = len(losses)
-        mean_losses = losses.float().mean(0).tolist() if steps else [0.0] * len(stack)
+        mean_losses = losses.double().mean(0).tolist() if steps else [0.0] * len(stack)
         kept_after = optimizers if optimizers is not None else [None] * len(stack)
-        for client, tensors, loss, optimizer in zip(stack, trained, mean_losses, kept_after, strict=True):
+        for client, tensors, loss, optimizer, after in zip(
+            stack, trained, mean_losses, kept_after, trained_inputs, strict=True
+        ):
             if optimizer is not None:
                 optimizer = move_data_to_device(optimizer, "cpu")
-            result = LocalResult(tensors, {"loss": loss, "steps": float(steps)}, optimizer=optimizer, in_module=False)
+            metrics = {**client.prepared, "loss": loss, "steps": client.prepared.get("steps", 0.0) + steps}
+            result = LocalResult(tensors, metrics, optimizer=optimizer, in_module=False)
             try:
                 if client.attributes is not None:
-                    result = _end(context, client, client.attributes, result)
+                    result = _end(context, client, {**client.attributes, **after}, result)
                 context.finish(client.job, result, uploads)
             except Exception as err:  # as in the sequential path, the hook's failure is its client's
                 context.fail(client.job.client_id, err, uploads)
@@ -457,14 +555,51 @@ def _client_attributes(module: EngineModule) -> tuple[str, ...] | None:
     return tuple(names) if names is not None else None
 
 
-def _start(module: EngineModule, loader: Iterable[Any], names: tuple[str, ...]) -> dict[str, Any]:
-    """Run the module's ``on_train_start`` for the client it holds, over its ``loader``; the attributes it set."""
-    module.set_local_training(LocalTraining(loader))
+def _prepare(
+    context: ClientContext, job: ClientJob, loader: Iterable[Any], names: tuple[str, ...]
+) -> tuple[dict[str, Any], dict[str, float]]:
+    """Start the client its module holds as the sequential path does, and run its preparation phases there.
+
+    As :func:`~fedhet.plugins.local_loop.run_local_training`: the module gets its ``LocalTraining``, its optimizers are
+    built (a module may make per-client tensors there, e.g. FLIC's anchor copy), ``on_train_start`` runs, then the
+    ``preparation_phases()`` (FLIC's pre-training or re-alignment), one client at a time with ``training_step``.
+
+    Returns:
+        the attributes ``names`` as the module then holds them, and the metrics of the preparation phases.
+
+    """
+    module = job.slot.module
+    preparation = module.preparation_phases()
+    training = LocalTraining(loader, tuple(preparation + module.local_phases()))
+    module.set_local_training(training)
     try:
+        optimizers = job.slot.optimizers()
+        if not module.training:
+            module.train()
         module.on_train_start()
+        losses = train_phases(
+            context.fabric, module, loader, preparation, optimizers, context.local_epochs, context.local_steps
+        )
     finally:
         module.set_local_training(None)
-    return {name: getattr(module, name) for name in names}
+    metrics = local_metrics(training.logs, losses, context.fabric.device.type != "cpu")
+    del metrics["loss"]  # no local phase ran yet: the stack's steps give the loss
+    return {name: getattr(module, name) for name in names}, metrics
+
+
+def _step_batches(
+    context: ClientContext, module: EngineModule, loader: Iterable[Any], phase: LocalPhase
+) -> Iterator[Any]:
+    """A client's batches of a local phase, on the device, each with its step's random draws (if any).
+
+    A :class:`~fedhet.core.BatchLossModule` draws them (``step_draws``) right after each batch is drawn, which is
+    where its ``training_step`` draws them on the sequential path: the same numbers from the same stream.
+    """
+    move = context.fabric.device.type != "cpu"
+    for batch in phase_batches(phase_loader(loader, phase), phase, context.local_epochs, context.local_steps):
+        if move:
+            batch = context.fabric.to_device(batch)
+        yield module.step_draws(batch, phase.name) if isinstance(module, BatchLossModule) else batch
 
 
 def _end(context: ClientContext, client: _Ready, attributes: Mapping[str, Any], result: LocalResult) -> LocalResult:
