@@ -25,15 +25,22 @@ How it is measured:
     are compared for equality. Nothing is asserted; the machine should be otherwise idle (2 processes need 2 free
     cores).
 
+How the processes start and exchange uploads:
+    With the trainer's default ``start_method="auto"`` the second process is forked from the first when ``fit``
+    starts (on this 2-core machine each process runs one compute thread, so forking is safe;
+    ``fedhet.plugins.launcher``), instead of running the whole command again (``--override
+    --trainer.start_method popen`` measures Lightning's launcher). Each process packs its clients' uploads into one
+    byte buffer (tensor bytes copied once, only names, shapes and scalars pickled;
+    ``fedhet.plugins.distributed.pack_object``) written into a shared-memory segment; the processes exchange only the
+    buffers' lengths (one ``all_gather``) and read each other's buffers in place (``fedhet.plugins.shared_memory``);
+    every process then aggregates every upload in client order, as one process does.
+
 Why the uploads are gathered, not all-reduced:
-    Each process packs its clients' uploads into one byte buffer (tensor bytes copied once, only names, shapes and
-    scalars pickled; ``fedhet.plugins.distributed.pack_object``) and the buffers are exchanged (one ``all_gather``
-    of their lengths, one ``broadcast`` from each process); every process then aggregates every upload in client
-    order, as one process does. Summing each process's clients first and all-reducing the partial sums would send far
-    less (one model instead of one per client) but adds the clients' terms in another grouping, so the float sums
-    (and the metrics) would no longer be guaranteed to equal the 1-process run's bit for bit; it would also hide the
-    individual uploads from the aggregators and server-side callbacks that need them (FedPAC's head mixing, HyFEM's
-    matching, differential privacy's clipping).
+    Summing each process's clients first and all-reducing the partial sums would send less (one model instead of one
+    per client) but adds the clients' terms in another grouping, so the float sums (and the metrics) would no longer
+    be guaranteed to equal the 1-process run's bit for bit; it would also hide the individual uploads from the
+    aggregators and server-side callbacks that need them (FedPAC's head mixing, HyFEM's matching, differential
+    privacy's clipping).
 
 Usage::
 

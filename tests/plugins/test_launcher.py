@@ -20,8 +20,10 @@ def two_processes() -> Fabric:
 
 @pytest.fixture
 def one_thread_each(monkeypatch):
-    """Each process would run one compute thread (as on 2 cores with 2 processes)."""
+    """Each process would run one compute thread (as on 2 cores with 2 processes), and no test left a Python thread
+    (e.g. a W&B logger's) in this process."""
     monkeypatch.setattr(launcher, "intra_op_threads", lambda num_processes: 1)
+    monkeypatch.setattr(launcher, "other_python_threads", lambda: [])
 
 
 @fork_only
@@ -34,7 +36,8 @@ def test_a_cpu_run_without_other_python_threads_and_one_compute_thread_each_fork
 
 
 @fork_only
-def test_another_python_thread_is_a_reason_not_to_fork(one_thread_each):
+def test_another_python_thread_is_a_reason_not_to_fork(monkeypatch):
+    monkeypatch.setattr(launcher, "intra_op_threads", lambda num_processes: 1)
     stop = threading.Event()
     thread = threading.Thread(target=stop.wait, name="busy-logger")
     thread.start()
@@ -53,6 +56,7 @@ def test_another_python_thread_is_a_reason_not_to_fork(one_thread_each):
 @fork_only
 def test_openmp_threads_and_several_compute_threads_per_process_are_a_reason_not_to_fork(monkeypatch):
     monkeypatch.setattr(launcher, "intra_op_threads", lambda num_processes: 4)
+    monkeypatch.setattr(launcher, "other_python_threads", lambda: [])
     real_listdir = os.listdir
     monkeypatch.setattr(
         launcher.os, "listdir", lambda path: ["1", "2", "3"] if path == "/proc/self/task" else real_listdir(path)

@@ -71,6 +71,11 @@ def intra_op_threads(num_processes: int) -> int:
     return _suggested_max_num_threads(num_processes)
 
 
+def other_python_threads() -> list[str]:
+    """The names of this process's Python threads other than the calling one (a logger's, a progress display's...)."""
+    return [thread.name for thread in threading.enumerate() if thread is not threading.current_thread()]
+
+
 def fork_refusal(fabric: Fabric) -> str | None:
     """Why ``fabric``'s processes cannot be forked from this one safely, or ``None`` if they can.
 
@@ -88,9 +93,9 @@ def fork_refusal(fabric: Fabric) -> str | None:
         return f"the run is on {fabric.device.type}, and a forked child must not inherit its context"
     if not hasattr(os, "fork") or not os.path.isdir("/proc/self/task"):
         return "this system has no os.fork or /proc/self/task (forking is only used on Linux)"
-    if threading.active_count() > 1:
-        names = ", ".join(thread.name for thread in threading.enumerate() if thread is not threading.current_thread())
-        return f"other Python threads run in this process ({names})"
+    others = other_python_threads()
+    if others:
+        return f"other Python threads run in this process ({', '.join(others)})"
     threads = len(os.listdir("/proc/self/task"))
     per_process = intra_op_threads(launcher.num_processes)
     if threads > 1 and per_process > 1:
