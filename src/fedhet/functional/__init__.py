@@ -1,7 +1,14 @@
 """Pure maths of federated learning on heterogeneous clients: torch functions, no Lightning."""
 
 from fedhet.functional.aggregation import weighted_mean, weighted_mean_compute, weighted_mean_update
-from fedhet.functional.anchors import anchor_sample_ce, gaussian_samples, present_classes, present_w2_sq
+from fedhet.functional.anchors import (
+    anchor_sample_ce,
+    draws_by_class,
+    evaluated_classes,
+    gaussian_samples,
+    present_classes,
+    present_w2_sq,
+)
 from fedhet.functional.centroids import (
     aggregate_centroids,
     class_centroids,
@@ -99,7 +106,9 @@ __all__ = [
     "dirichlet_label_skew",
     "dominant_class_sets",
     "dominant_class_skew",
+    "draws_by_class",
     "ensemble_probabilities",
+    "evaluated_classes",
     "feature_alignment_loss",
     "feature_alignment_losses",
     "fit_softmax_regression",
