@@ -420,7 +420,7 @@ class FLIC(FederatedClassifier):
         return anchor_sample_ce(logits, classes, present, counted)
 
     def anchor_noise(self, y: Tensor) -> Tensor:
-        r""":math:`\xi`, shape ``(J, C, k)``: :math:`J` standard normal draws for each class of the batch, zeros for the rest.
+        r""":math:`\xi`, shape ``(J, C, k)``: :math:`J` standard normal draws for each class of the batch, else zeros.
 
         :math:`J` is ``anchor_samples``, or the batch's size (the code). The draws are one
         ``torch.randn(P * J, k)`` (global generator, the labels' device, the anchors' dtype) for the batch's
@@ -462,7 +462,7 @@ class FLIC(FederatedClassifier):
         return None
 
     def _terms(self, x: Tensor, y: Tensor, noise: Tensor | None, mask: Tensor | None) -> _Terms:
-        r"""The step's loss on the batch ``(x, y)``; its real rows ``mask`` in a padded batch (in stacks, under ``vmap``).
+        r"""The step's loss on the batch ``(x, y)``, or on its real rows ``mask`` (padded, in stacks, under ``vmap``).
 
         Without ``mask`` (every row real: ``training_step``) the anchor terms evaluate the batch's classes only, and
         ``noise`` is ``None``: :meth:`anchor_classification_loss` draws it after the forward pass. In a preparation
