@@ -30,10 +30,10 @@ def test_presence_mask_w2_equals_the_sum_over_unique_classes():
     expected = gaussian_w2_sq(anchors[present], None, means, covs).sum()
     counts, all_means, all_covs = class_moments(z, y, 4)
     torch.testing.assert_close(present_w2_sq(anchors, None, counts, all_means, all_covs), expected)
-    classes = evaluated_classes(y, 4)  # the batch's own classes, gathered before the terms
+    classes, positions = evaluated_classes(y, 4)  # the batch's own classes, their moments only
     assert classes.tolist() == [0, 2]
-    gathered = present_w2_sq(anchors[classes], None, counts[classes], all_means[classes], all_covs[classes])
-    torch.testing.assert_close(gathered, expected)
+    own = present_w2_sq(anchors[classes], None, *class_moments(z, positions, len(classes)))
+    torch.testing.assert_close(own, expected)
 
 
 def test_padding_rows_left_out_by_the_mask_change_nothing():
@@ -69,8 +69,12 @@ def test_draws_made_class_by_class_are_placed_per_class():
 
 def test_padded_batches_evaluate_every_class():
     y = torch.tensor([3, 1, 1, 0])
-    assert evaluated_classes(y, 5).tolist() == [0, 1, 3]
-    assert evaluated_classes(y, 5, torch.tensor([True, True, True, False])).tolist() == [0, 1, 2, 3, 4]
+    classes, positions = evaluated_classes(y, 5)
+    assert classes.tolist() == [0, 1, 3]
+    assert torch.equal(classes[positions], y)
+    classes, positions = evaluated_classes(y, 5, torch.tensor([True, True, True, False]))
+    assert classes.tolist() == [0, 1, 2, 3, 4]
+    assert torch.equal(positions, y)
 
 
 def test_gaussian_samples_scale_or_factors():

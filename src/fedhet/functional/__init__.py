@@ -6,6 +6,7 @@ from fedhet.functional.anchors import (
     draws_by_class,
     evaluated_classes,
     gaussian_samples,
+    group_draws,
     present_classes,
     present_w2_sq,
 )
@@ -118,6 +119,7 @@ __all__ = [
     "gaussian_w2_sq",
     "global_l2_norm",
     "grid_blocks",
+    "group_draws",
     "ground_cost",
     "head_statistics",
     "hybrid_partition",

@@ -28,6 +28,7 @@ from fedhet.functional.anchors import (
     draws_by_class,
     evaluated_classes,
     gaussian_samples,
+    group_draws,
     present_classes,
     present_w2_sq,
 )
@@ -377,20 +378,20 @@ class FLIC(FederatedClassifier):
         means = self.anchor_means if means is None else means
         factors = self.anchor_factors_or_none() if factors is None else factors
         num_classes = self.spec.num_classes
-        classes = evaluated_classes(y, num_classes, mask)
-        moments = class_moments(z, y, num_classes, mask)
-        counts, class_means, class_covs = (moment[classes] for moment in moments)
+        classes, positions = evaluated_classes(y, num_classes, mask)
+        counts, class_means, class_covs = class_moments(z, positions, len(classes), mask)
+        present_counts = None if mask is None else counts  # a batch's own classes are all present
         if self.anchor_stats == "sampled":  # both Gaussians estimated from samples (the reference code)
             draws = self.sample_anchors(y, means, factors)
-            _, anchor_means, anchor_covs = class_moments(draws, y, num_classes, mask)
-            anchor_factors = psd_sqrt(anchor_covs[classes].detach())
-            return present_w2_sq(anchor_means[classes], anchor_factors, counts, class_means, class_covs)
+            _, anchor_means, anchor_covs = class_moments(draws, positions, len(classes), mask)
+            anchor_factors = psd_sqrt(anchor_covs.detach())
+            return present_w2_sq(anchor_means, anchor_factors, present_counts, class_means, class_covs)
         if factors is not None:
             factors = factors[classes]
         elif self.anchor_variance != 1.0:
             eye = torch.eye(self.latent_dim, device=z.device)
             factors = math.sqrt(self.anchor_variance) * eye.expand(len(classes), -1, -1)
-        return present_w2_sq(means[classes], factors, counts, class_means, class_covs)
+        return present_w2_sq(means[classes], factors, present_counts, class_means, class_covs)
 
     def anchor_classification_loss(self, y: Tensor, noise: Tensor | None = None, mask: Tensor | None = None) -> Tensor:
         r""":math:`\sum_{c \in P(B)} \frac{1}{J} \sum_j \mathrm{CE}(g(Z_c^j), c)`, :math:`Z_c^j = v_c + L_c \xi_j`.
@@ -406,30 +407,36 @@ class FLIC(FederatedClassifier):
                 draws count.
 
         """
-        noise = self.anchor_noise(y) if noise is None else noise
-        classes = evaluated_classes(y, self.spec.num_classes, mask)
-        present = present_classes(y, self.spec.num_classes, mask)[classes]
+        num_classes = self.spec.num_classes
+        classes, _ = evaluated_classes(y, num_classes, mask)
+        present = None if mask is None else present_classes(y, num_classes, mask)
+        # a client alone draws its classes' noise now, straight in its (J, P, k) layout; a stack gathers it
+        noise = group_draws(self._class_draws(classes, len(y)), len(classes)) if noise is None else noise[:, classes]
         factors = self.anchor_factors_or_none()
         factors = None if factors is None else factors[classes]
         scale = math.sqrt(self.anchor_variance)
-        draws = gaussian_samples(self.anchor_means[classes], factors, noise[:, classes], scale)
+        draws = gaussian_samples(self.anchor_means[classes], factors, noise, scale)
         logits = self.classify(draws.flatten(0, 1)).unflatten(0, draws.shape[:2])
-        counted = torch.ones(len(noise), dtype=torch.bool, device=noise.device)
-        if mask is not None and self.anchor_samples is None:
-            counted = mask
+        counted = mask if self.anchor_samples is None else None  # J = B: the batch's real rows are its real draws
         return anchor_sample_ce(logits, classes, present, counted)
 
     def anchor_noise(self, y: Tensor) -> Tensor:
         r""":math:`\xi`, shape ``(J, C, k)``: :math:`J` standard normal draws for each class of the batch, else zeros.
 
-        :math:`J` is ``anchor_samples``, or the batch's size (the code). The draws are one
-        ``torch.randn(P * J, k)`` (global generator, the labels' device, the anchors' dtype) for the batch's
-        :math:`P` classes in increasing order, class by class (:func:`~fedhet.functional.draws_by_class`).
+        :math:`J` is ``anchor_samples``, or the batch's size (the code). The draws are those of a client's step
+        (:meth:`_class_draws`), placed by class (:func:`~fedhet.functional.draws_by_class`).
         """
         classes = torch.unique(y)
-        shape = (len(classes) * (self.anchor_samples or len(y)), self.latent_dim)
-        draws = torch.randn(shape, device=y.device, dtype=self.anchor_means.dtype)
-        return draws_by_class(draws, classes, self.spec.num_classes)
+        return draws_by_class(self._class_draws(classes, len(y)), classes, self.spec.num_classes)
+
+    def _class_draws(self, classes: Tensor, batch_size: int) -> Tensor:
+        """The draws of a step for the :math:`P` ``classes`` (increasing), class by class: ``(P * J, k)``.
+
+        One ``torch.randn`` (global generator, the classes' device, the anchors' dtype); :math:`J` is
+        ``anchor_samples`` or the batch's size.
+        """
+        shape = (len(classes) * (self.anchor_samples or batch_size), self.latent_dim)
+        return torch.randn(shape, device=classes.device, dtype=self.anchor_means.dtype)
 
     def step_draws(self, batch: Sequence[Tensor], phase: str | None) -> tuple[Tensor, Tensor, Tensor]:
         r"""The batch ``(x, y)`` with the anchor noise its step draws: ``(x, y, noise)``, ``noise`` ``(J, C, k)``.
