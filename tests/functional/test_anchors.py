@@ -7,6 +7,8 @@ from torch.func import vmap
 from fedhet.functional import (
     anchor_sample_ce,
     class_moments,
+    draws_by_class,
+    evaluated_classes,
     gaussian_samples,
     gaussian_w2_sq,
     present_classes,
@@ -28,6 +30,10 @@ def test_presence_mask_w2_equals_the_sum_over_unique_classes():
     expected = gaussian_w2_sq(anchors[present], None, means, covs).sum()
     counts, all_means, all_covs = class_moments(z, y, 4)
     torch.testing.assert_close(present_w2_sq(anchors, None, counts, all_means, all_covs), expected)
+    classes, positions = evaluated_classes(y, 4)  # the batch's own classes, their moments only
+    assert classes.tolist() == [0, 2]
+    own = present_w2_sq(anchors[classes], None, *class_moments(z, positions, len(classes)))
+    torch.testing.assert_close(own, expected)
 
 
 def test_padding_rows_left_out_by_the_mask_change_nothing():
@@ -46,7 +52,29 @@ def test_anchor_sample_ce_is_the_per_class_mean_summed_over_present_classes():
     present = torch.tensor([True, False, True, True])
     counted = torch.tensor([True, True, True, False, False])
     expected = sum(F.cross_entropy(logits[:3, c], torch.full((3,), c)) for c in (0, 2, 3))
-    torch.testing.assert_close(anchor_sample_ce(logits, present, counted), expected)
+    torch.testing.assert_close(anchor_sample_ce(logits, torch.arange(4), present, counted), expected)
+    classes = torch.tensor([0, 2, 3])  # the present classes alone, gathered: the same term
+    gathered = anchor_sample_ce(logits[:, classes], classes, torch.ones(3, dtype=torch.bool), counted)
+    torch.testing.assert_close(gathered, expected)
+
+
+def test_draws_made_class_by_class_are_placed_per_class():
+    draws = torch.randn(6, 2, generator=torch.Generator().manual_seed(9))  # J = 3 draws of classes 1 then 3
+    placed = draws_by_class(draws, torch.tensor([1, 3]), 5)
+    assert placed.shape == (3, 5, 2)
+    torch.testing.assert_close(placed[:, 1], draws[:3])
+    torch.testing.assert_close(placed[:, 3], draws[3:])
+    assert not placed[:, [0, 2, 4]].any()
+
+
+def test_padded_batches_evaluate_every_class():
+    y = torch.tensor([3, 1, 1, 0])
+    classes, positions = evaluated_classes(y, 5)
+    assert classes.tolist() == [0, 1, 3]
+    assert torch.equal(classes[positions], y)
+    classes, positions = evaluated_classes(y, 5, torch.tensor([True, True, True, False]))
+    assert classes.tolist() == [0, 1, 2, 3, 4]
+    assert torch.equal(positions, y)
 
 
 def test_gaussian_samples_scale_or_factors():

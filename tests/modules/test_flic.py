@@ -11,6 +11,7 @@ from fedhet.core.statistics import ANCHOR_FACTORS, ANCHOR_MEANS, GLOBAL_KERNEL, 
 from fedhet.datamodules import ClientDataModule, LinearMappingToy
 from fedhet.functional import class_moments, gaussian_w2_sq, kernel_penalty
 from fedhet.modules import FLIC, FedHeNN, HetFedRep, HetLocal
+from fedhet.modules import flic as flic_module
 from fedhet.plugins import FederatedTrainer
 from fedhet.plugins.local_loop import run_local_training
 from fedhet.plugins.sampling import UniformSampler
@@ -98,16 +99,44 @@ def test_training_step_is_ce_plus_weighted_w2_plus_anchor_ce():
     present, index = torch.unique(y, return_inverse=True)
     _, means, covs = class_moments(z, index, len(present))
     w2 = gaussian_w2_sq(module.anchor_means[present], None, means, covs).sum()
-    noise = torch.randn(5, 3, 8)  # J = 5 draws for each of the C = 3 classes (the absent ones' unused)
-    draws = module.anchor_means[present] + noise[:, present]
-    labels = present.expand(5, -1)
-    anchor_ce = F.cross_entropy(module.classify(draws.flatten(0, 1)), labels.flatten()) * len(present)
+    labels = present.repeat_interleave(5)  # J = 5 draws of each class of the batch, class by class
+    draws = module.anchor_means[labels] + torch.randn(len(labels), 8)
+    anchor_ce = F.cross_entropy(module.classify(draws), labels) * len(present)
     expected = F.cross_entropy(module.classify(z), y) + 0.3 * w2 + 0.7 * anchor_ce
     assert torch.allclose(loss, expected, rtol=1e-5)
     module.set_local_phase(LocalPhase("representation", ("body.hidden.*",)))
     torch.manual_seed(3)
     no_align = module.training_step((x, y), 0)
     assert torch.allclose(no_align, expected - 0.3 * w2, rtol=1e-5)  # alpha's phase has no W2 term
+
+
+def test_a_client_alone_evaluates_its_batchs_classes_only_and_a_stack_all_with_the_same_draws(monkeypatch):
+    """training_step computes the anchor terms of the batch's classes (2 of 3 here); masked_loss, the stacked path's
+    loss, those of all classes over a presence mask, from the same anchor noise (step_draws): the same loss."""
+    client = make_client("solo", 60, 5, classes=(0, 2))
+    module = built(client, lambda_align=0.3, lambda_anchor=0.7, anchor_samples=4)
+    x, y = next(iter(client.train_dataloader()))
+    assert set(y.tolist()) == {0, 2}
+    module.set_local_phase(LocalPhase("local", ("body.embed.*", "head.*")))
+    evaluated = []
+
+    def spy(name, function):
+        def call(*args):
+            evaluated.append((name, tuple(args[0].shape[:2])))
+            return function(*args)
+
+        monkeypatch.setattr(f"fedhet.modules.flic.{name}", call)
+
+    spy("present_w2_sq", flic_module.present_w2_sq)
+    spy("anchor_sample_ce", flic_module.anchor_sample_ce)
+    torch.manual_seed(3)
+    loss = module.training_step((x, y), 0)
+    assert evaluated == [("present_w2_sq", (2, 8)), ("anchor_sample_ce", (4, 2))]
+    evaluated.clear()
+    torch.manual_seed(3)
+    masked = module.masked_loss(module.step_draws((x, y), "local"), torch.ones(len(y), dtype=torch.bool))
+    assert evaluated == [("present_w2_sq", (3, 8)), ("anchor_sample_ce", (4, 3))]
+    torch.testing.assert_close(masked, loss)
 
 
 def test_local_schedule_and_its_code_switches():

@@ -31,7 +31,19 @@ TOLERANCES = {
 }
 
 
-@pytest.fixture(params=list(TOLERANCES), ids=["float32", "float64"])
+# Learned covariances are compared in float64 only: the Bures term's gradient at the singular class covariances of
+# small batches (8 rows, k = 8) amplifies float32 rounding until a float32 run is not a function of its maths (the
+# sequential path alone, float32 against float64: personal parameters 0.76 apart after three rounds), so two float32
+# runs agree or not by chance; in float64 both paths agree to 1e-12.
+PAIRS = [
+    pytest.param(case, dtype, id=f"{str(dtype).removeprefix('torch.')}-{case}")
+    for dtype in TOLERANCES
+    for case in CASES
+    if not (case == "learned-covariance" and dtype is torch.float32)
+]
+
+
+@pytest.fixture
 def close(request):
     """Tolerances for a federation built in the parameter's dtype (the default dtype of data, modules and anchors)."""
     default = torch.get_default_dtype()
@@ -46,7 +58,7 @@ def two_dimensions():
     return FederatedDataModule(clients)
 
 
-@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize(("case", "close"), PAIRS, indirect=["close"])
 def test_stacked_flic_equals_sequential(tmp_path, monkeypatch, case, close):
     sequential = fit(tmp_path / "seq", CASES[case](), two_dimensions())
     spy = StackSpy(monkeypatch)

@@ -48,9 +48,9 @@ class BatchLossModule(Protocol):
     """A stackable module whose loss on a batch is a function of the whole batch, with random draws of its own.
 
     The stacked path then calls :meth:`masked_loss` for each client under ``torch.func.vmap`` instead of taking the
-    masked mean of ``sample_losses``, and completes each batch with :meth:`step_draws` as it draws the batch, which
-    is where the module's ``training_step`` draws them on the sequential path: both paths take the same numbers from
-    the same random stream.
+    masked mean of ``sample_losses``, and completes each batch with :meth:`step_draws` as it draws the batch: the
+    numbers the module's ``training_step`` draws on the sequential path (a stack holds no layer that draws random
+    numbers, so where in the step they are drawn does not matter), the same numbers from the same random stream.
     """
 
     def step_draws(self, batch: Any, phase: str | None) -> Any:

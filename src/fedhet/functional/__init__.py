@@ -1,7 +1,15 @@
 """Pure maths of federated learning on heterogeneous clients: torch functions, no Lightning."""
 
 from fedhet.functional.aggregation import weighted_mean, weighted_mean_compute, weighted_mean_update
-from fedhet.functional.anchors import anchor_sample_ce, gaussian_samples, present_classes, present_w2_sq
+from fedhet.functional.anchors import (
+    anchor_sample_ce,
+    draws_by_class,
+    evaluated_classes,
+    gaussian_samples,
+    group_draws,
+    present_classes,
+    present_w2_sq,
+)
 from fedhet.functional.centroids import (
     aggregate_centroids,
     class_centroids,
@@ -99,7 +107,9 @@ __all__ = [
     "dirichlet_label_skew",
     "dominant_class_sets",
     "dominant_class_skew",
+    "draws_by_class",
     "ensemble_probabilities",
+    "evaluated_classes",
     "feature_alignment_loss",
     "feature_alignment_losses",
     "fit_softmax_regression",
@@ -109,6 +119,7 @@ __all__ = [
     "gaussian_w2_sq",
     "global_l2_norm",
     "grid_blocks",
+    "group_draws",
     "ground_cost",
     "head_statistics",
     "hybrid_partition",

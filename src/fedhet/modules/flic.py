@@ -23,7 +23,15 @@ from torch.func import functional_call
 
 from fedhet.core import ClientSpec, LocalPhase
 from fedhet.core.statistics import ANCHOR_COUNTS, ANCHOR_FACTORS, ANCHOR_MEANS, GLOBAL_FACTORS, GLOBAL_MEANS
-from fedhet.functional.anchors import anchor_sample_ce, gaussian_samples, present_classes, present_w2_sq
+from fedhet.functional.anchors import (
+    anchor_sample_ce,
+    draws_by_class,
+    evaluated_classes,
+    gaussian_samples,
+    group_draws,
+    present_classes,
+    present_w2_sq,
+)
 from fedhet.functional.gaussian import bures_sq, class_moments, psd_sqrt
 from fedhet.functional.stacking import masked_mean
 from fedhet.modules.classifier import FederatedClassifier
@@ -90,10 +98,10 @@ class FLIC(FederatedClassifier):
     optimizer) the module runs both in its own hooks, with the same maths.
 
     Clients train in stacks too (``FederatedTrainer(stack_clients=N)``, :mod:`fedhet.plugins.stacked`): the step's
-    loss is :meth:`masked_loss` (the terms over a presence mask of all :math:`C` classes, padding rows left out) and
-    its anchor noise is drawn with the batch (:meth:`step_draws`), :math:`J` draws for each of the :math:`C` classes,
-    absent ones included, on every path. (Before, only the batch's classes were drawn for: FLIC's random stream, and
-    so its results, changed with it.) ``anchor_update="paper"`` and ``anchor_stats="sampled"`` do not stack
+    loss is :meth:`masked_loss`, the terms of ``training_step`` over a presence mask of all :math:`C` classes with
+    padding rows left out (a client trained alone evaluates its batch's classes only), and its anchor noise is drawn
+    with the batch (:meth:`step_draws`): the numbers ``training_step`` draws, :math:`J` for each class of the batch,
+    placed in a ``(J, C, k)`` layout. ``anchor_update="paper"`` and ``anchor_stats="sampled"`` do not stack
     (:meth:`stacking_refusal`).
 
     Uploads: the shared parameters (``body.hidden.*`` for FLIC-HL, nothing for FLIC-Class) and the statistics
@@ -363,60 +371,91 @@ class FLIC(FederatedClassifier):
         r""":math:`\sum_{c \in P(B)} W_2^2(\mu_c, \mathcal{N}(\hat m_c, \hat S_c))` for embeddings ``z`` ``(B, k)``.
 
         ``means`` (``(C, k)``) and ``factors`` (``(C, k, k)``, learned covariances only) replace the anchors' own,
-        e.g. by a client's local copy that is being updated; ``mask`` (``(B,)``) leaves out padding rows.
-        :math:`P(B)` is a presence mask over all :math:`C` classes (:func:`~fedhet.functional.present_w2_sq`).
+        e.g. by a client's local copy that is being updated. Without ``mask`` every row is real and only the batch's
+        classes are evaluated; ``mask`` (``(B,)``, the real rows of a padded batch, under ``torch.func.vmap``)
+        evaluates all :math:`C` classes over a presence mask (:func:`~fedhet.functional.evaluated_classes`).
         """
         means = self.anchor_means if means is None else means
         factors = self.anchor_factors_or_none() if factors is None else factors
         num_classes = self.spec.num_classes
-        counts, class_means, class_covs = class_moments(z, y, num_classes, mask)
+        classes, positions = evaluated_classes(y, num_classes, mask)
+        counts, class_means, class_covs = class_moments(z, positions, len(classes), mask)
+        present_counts = None if mask is None else counts  # a batch's own classes are all present
         if self.anchor_stats == "sampled":  # both Gaussians estimated from samples (the reference code)
             draws = self.sample_anchors(y, means, factors)
-            _, anchor_means, anchor_covs = class_moments(draws, y, num_classes, mask)
-            return present_w2_sq(anchor_means, psd_sqrt(anchor_covs.detach()), counts, class_means, class_covs)
-        if factors is None and self.anchor_variance != 1.0:
+            _, anchor_means, anchor_covs = class_moments(draws, positions, len(classes), mask)
+            anchor_factors = psd_sqrt(anchor_covs.detach())
+            return present_w2_sq(anchor_means, anchor_factors, present_counts, class_means, class_covs)
+        if factors is not None:
+            factors = factors[classes]
+        elif self.anchor_variance != 1.0:
             eye = torch.eye(self.latent_dim, device=z.device)
-            factors = math.sqrt(self.anchor_variance) * eye.expand(num_classes, -1, -1)
-        return present_w2_sq(means, factors, counts, class_means, class_covs)
+            factors = math.sqrt(self.anchor_variance) * eye.expand(len(classes), -1, -1)
+        return present_w2_sq(means[classes], factors, present_counts, class_means, class_covs)
 
-    def anchor_classification_loss(self, y: Tensor, noise: Tensor, mask: Tensor | None = None) -> Tensor:
+    def anchor_classification_loss(self, y: Tensor, noise: Tensor | None = None, mask: Tensor | None = None) -> Tensor:
         r""":math:`\sum_{c \in P(B)} \frac{1}{J} \sum_j \mathrm{CE}(g(Z_c^j), c)`, :math:`Z_c^j = v_c + L_c \xi_j`.
+
+        Evaluated on the batch's classes only, or, with ``mask``, on all :math:`C` over a presence mask (as
+        :meth:`alignment_loss`).
 
         Args:
             y: the batch's labels ``(B,)``.
-            noise: :math:`\xi`, shape ``(J, C, k)``: :math:`J` standard normal draws for each of the :math:`C`
-                classes (:meth:`step_draws`); absent classes' draws are left out.
+            noise: :math:`\xi`, shape ``(J, C, k)`` (:meth:`anchor_noise`, drawn by :meth:`step_draws`); ``None``
+                to draw it here.
             mask: the batch's real rows ``(B,)``; with ``anchor_samples=None`` (:math:`J = B`) it also says which
                 draws count.
 
         """
-        present = present_classes(y, self.spec.num_classes, mask)
-        draws = gaussian_samples(
-            self.anchor_means, self.anchor_factors_or_none(), noise, math.sqrt(self.anchor_variance)
-        )
+        num_classes = self.spec.num_classes
+        classes, _ = evaluated_classes(y, num_classes, mask)
+        present = None if mask is None else present_classes(y, num_classes, mask)
+        # a client alone draws its classes' noise now, straight in its (J, P, k) layout; a stack gathers it
+        noise = group_draws(self._class_draws(classes, len(y)), len(classes)) if noise is None else noise[:, classes]
+        factors = self.anchor_factors_or_none()
+        factors = None if factors is None else factors[classes]
+        scale = math.sqrt(self.anchor_variance)
+        draws = gaussian_samples(self.anchor_means[classes], factors, noise, scale)
         logits = self.classify(draws.flatten(0, 1)).unflatten(0, draws.shape[:2])
-        counted = torch.ones(len(noise), dtype=torch.bool, device=noise.device)
-        if mask is not None and self.anchor_samples is None:
-            counted = mask
-        return anchor_sample_ce(logits, present, counted)
+        counted = mask if self.anchor_samples is None else None  # J = B: the batch's real rows are its real draws
+        return anchor_sample_ce(logits, classes, present, counted)
+
+    def anchor_noise(self, y: Tensor) -> Tensor:
+        r""":math:`\xi`, shape ``(J, C, k)``: :math:`J` standard normal draws for each class of the batch, else zeros.
+
+        :math:`J` is ``anchor_samples``, or the batch's size (the code). The draws are those of a client's step
+        (:meth:`_class_draws`), placed by class (:func:`~fedhet.functional.draws_by_class`).
+        """
+        classes = torch.unique(y)
+        return draws_by_class(self._class_draws(classes, len(y)), classes, self.spec.num_classes)
+
+    def _class_draws(self, classes: Tensor, batch_size: int) -> Tensor:
+        """The draws of a step for the :math:`P` ``classes`` (increasing), class by class: ``(P * J, k)``.
+
+        One ``torch.randn`` (global generator, the classes' device, the anchors' dtype); :math:`J` is
+        ``anchor_samples`` or the batch's size.
+        """
+        shape = (len(classes) * (self.anchor_samples or batch_size), self.latent_dim)
+        return torch.randn(shape, device=classes.device, dtype=self.anchor_means.dtype)
 
     def step_draws(self, batch: Sequence[Tensor], phase: str | None) -> tuple[Tensor, Tensor, Tensor]:
         r"""The batch ``(x, y)`` with the anchor noise its step draws: ``(x, y, noise)``, ``noise`` ``(J, C, k)``.
 
-        :math:`J` is ``anchor_samples``, or the batch's size (the code); the noise is empty (``(0, C, k)``, nothing
-        drawn) in a preparation phase or without the :math:`\lambda_2` term. ``training_step`` draws it here, and
-        the stacked path as it draws each batch, so both take the same numbers from the global generator.
+        The noise is :meth:`anchor_noise`, or empty (``(0, C, k)``, nothing drawn) in a preparation phase or without
+        the :math:`\lambda_2` term. The stacked path draws it as it draws each batch; ``training_step`` draws the
+        same numbers from the global generator after the embedding's forward pass, where the stacked path refuses
+        embeddings that draw random numbers (dropout), so both take the same numbers.
         """
         x, y = batch[0], batch[1]
-        shape = (self.anchor_samples or len(y), self.spec.num_classes, self.latent_dim)
-        dtype = self.anchor_means.dtype
         if not self.lambda_anchor or phase in ALIGNMENT_PHASES:
-            return x, y, torch.zeros((0, *shape[1:]), device=x.device, dtype=dtype)
-        return x, y, torch.randn(shape, device=x.device, dtype=dtype)
+            shape = (0, self.spec.num_classes, self.latent_dim)
+            return x, y, torch.zeros(shape, device=y.device, dtype=self.anchor_means.dtype)
+        return x, y, self.anchor_noise(y)
 
     def masked_loss(self, batch: Sequence[Tensor], mask: Tensor) -> Tensor:
         """The loss of ``training_step`` on a batch completed by :meth:`step_draws`, over its rows where ``mask``."""
-        return self._terms(batch, mask).loss
+        x, y, noise = batch
+        return self._terms(x, y, noise, mask).loss
 
     def stacking_refusal(self) -> str | None:
         """The options whose maths a stack of clients cannot reproduce (see :mod:`fedhet.plugins.stacked`)."""
@@ -429,19 +468,24 @@ class FLIC(FederatedClassifier):
             return "anchor_stats='sampled' draws anchor samples inside the W2 term, per labelled row"
         return None
 
-    def _terms(self, batch: Sequence[Tensor], mask: Tensor) -> _Terms:
-        r"""The step's loss on the rows ``mask`` of ``(x, y, noise)``; under ``torch.func.vmap`` in stacks.
+    def _terms(self, x: Tensor, y: Tensor, noise: Tensor | None, mask: Tensor | None) -> _Terms:
+        r"""The step's loss on the batch ``(x, y)``, or on its real rows ``mask`` (padded, in stacks, under ``vmap``).
 
-        In a preparation phase the loss is :meth:`alignment_loss` alone. When the engine steps the anchor copy, its
-        objective (:meth:`anchor_objective`) joins the loss as ``a - a.detach()``: its gradient reaches the copy only,
-        and the loss's value (the one reported) stays the model's.
+        Without ``mask`` (every row real: ``training_step``) the anchor terms evaluate the batch's classes only, and
+        ``noise`` is ``None``: :meth:`anchor_classification_loss` draws it after the forward pass. In a preparation
+        phase the loss is :meth:`alignment_loss` alone. When the engine steps the anchor copy, its objective
+        (:meth:`anchor_objective`) joins the loss as ``a - a.detach()``: its gradient reaches the copy only, and the
+        loss's value (the one reported) stays the model's.
         """
-        x, y, noise = batch
         z = self.embedding(x)
         if self._phase in ALIGNMENT_PHASES:
             alignment = self.alignment_loss(z, y, mask=mask)
             return _Terms(alignment, alignment, z)
-        loss = masked_mean(F.cross_entropy(self.classify(z), y, reduction="none"), mask)
+        logits = self.classify(z)
+        if mask is None:
+            loss = F.cross_entropy(logits, y)
+        else:
+            loss = masked_mean(F.cross_entropy(logits, y, reduction="none"), mask)
         align: Tensor | None = None
         if self.lambda_align and self._phase != "representation":
             align = self.alignment_loss(z, y, mask=mask)
@@ -543,12 +587,12 @@ class FLIC(FederatedClassifier):
     def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
         r"""Cross-entropy, plus :math:`\lambda_1 W_2^2` (not in the representation phase) and :math:`\lambda_2` CE.
 
-        The loss is :meth:`masked_loss` of the batch with its draws (:meth:`step_draws`), every row counted. In a
-        preparation phase it is :meth:`alignment_loss` alone. Without the engine the module steps its anchor copy
-        itself here.
+        The terms of :meth:`masked_loss` on the batch's classes only, its anchor noise (:meth:`anchor_noise`) drawn
+        after the forward pass. In a preparation phase the loss is :meth:`alignment_loss` alone. Without the engine
+        the module steps its anchor copy itself here.
         """
-        x, y, noise = self.step_draws(batch, self._phase)
-        terms = self._terms((x, y, noise), torch.ones(len(y), dtype=torch.bool, device=y.device))
+        x, y = batch
+        terms = self._terms(x, y, None, None)
         if self._phase in ALIGNMENT_PHASES:
             self._alignment_losses.append(terms.loss.detach())
             return terms.loss

@@ -42,10 +42,11 @@ become trained leaves of their own. FLIC (Rakotomamonjy et al., TMLR 2024) stack
 * its **loss is not a mean of per-sample losses** (the :math:`W_2^2` between anchors and the batch's class moments):
   it is a :class:`~fedhet.core.BatchLossModule`, whose ``masked_loss(batch, mask)`` the stacked path calls under
   ``vmap``; the classes a batch holds are a presence mask over all :math:`C` classes, not a data-dependent ``unique``
-  (:mod:`fedhet.functional.anchors`), and its sequential ``training_step`` is the same function with every row counted;
-* its **random anchor samples** are drawn with the batch (``step_draws``): :math:`J` draws for each of the :math:`C`
-  classes, right after each batch is drawn, on both paths (the sequential ``training_step`` draws them first thing),
-  so both take the same numbers from the same stream in the same order.
+  (:mod:`fedhet.functional.anchors`); its sequential ``training_step`` computes the same functions on the batch's
+  classes only;
+* its **random anchor samples** are drawn with the batch (``step_draws``): the numbers the sequential
+  ``training_step`` draws (:math:`J` for each class of the batch, after the forward pass, which in a stack draws
+  nothing), placed in a ``(J, C, k)`` layout, so both take the same numbers from the same stream in the same order.
 
 FLIC's options whose maths a stack cannot reproduce are refused by its ``stacking_refusal()``: ``anchor_update=
 "paper"`` (its anchor step, with anchor samples, runs after training in ``on_train_end``, which the stacked path runs
@@ -592,8 +593,8 @@ def _step_batches(
 ) -> Iterator[Any]:
     """A client's batches of a local phase, on the device, each with its step's random draws (if any).
 
-    A :class:`~fedhet.core.BatchLossModule` draws them (``step_draws``) right after each batch is drawn, which is
-    where its ``training_step`` draws them on the sequential path: the same numbers from the same stream.
+    A :class:`~fedhet.core.BatchLossModule` draws them (``step_draws``) right after each batch is drawn: the numbers
+    its ``training_step`` draws on the sequential path, from the same stream (nothing else in a stacked step draws).
     """
     move = context.fabric.device.type != "cpu"
     for batch in phase_batches(phase_loader(loader, phase), phase, context.local_epochs, context.local_steps):
