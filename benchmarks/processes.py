@@ -28,9 +28,9 @@ How it is measured:
 How the processes start and exchange uploads:
     With the trainer's default ``start_method="auto"`` the second process is forked from the first when ``fit``
     starts (on this 2-core machine each process runs one compute thread, so forking is safe;
-    ``fedhet.plugins.launcher``), instead of running the whole command again (``--override
-    --trainer.start_method popen`` measures Lightning's launcher). Each process packs its clients' uploads into one
-    byte buffer (tensor bytes copied once, only names, shapes and scalars pickled;
+    ``fedhet.plugins.launcher``), instead of running the whole command again
+    (``--override=--trainer.start_method=popen`` measures Lightning's launcher). Each process packs its clients'
+    uploads into one byte buffer (tensor bytes copied once, only names, shapes and scalars pickled;
     ``fedhet.plugins.distributed.pack_object``) written into a shared-memory segment; the processes exchange only the
     buffers' lengths (one ``all_gather``) and read each other's buffers in place (``fedhet.plugins.shared_memory``);
     every process then aggregates every upload in client order, as one process does.
@@ -46,9 +46,10 @@ Usage::
 
     python benchmarks/processes.py                      # 30 rounds of configs/fedavg/mnist5k_dominant.yaml
     python benchmarks/processes.py --config configs/fedavg/mnist5k_dominant.yaml configs/fedpac/mnist5k.yaml
-    python benchmarks/processes.py --repeats 3 --override --model.init_args.hidden_dims=[800]
+    python benchmarks/processes.py --repeats 3 --override=--model.init_args.hidden_dims=[800]
 
-Results go to ``benchmarks/results/processes.csv`` and ``.md`` (one row per config).
+Results go to ``benchmarks/results/processes.csv`` and ``.md`` (one row per config; ``--name`` for another file, e.g.
+``--override=--trainer.start_method=popen --name processes_popen``).
 """
 
 from __future__ import annotations
@@ -167,6 +168,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--override", nargs="*", default=[], help="extra `fedhet fit` arguments, e.g. --model.init_args.lr=0.1"
     )
+    parser.add_argument("--name", default="processes", help="results file name (e.g. processes_popen)")
     parser.add_argument("--no-save", action="store_true")
     args = parser.parse_args(argv)
     rows = [measure(config, args) for config in args.config]
@@ -183,7 +185,7 @@ def main(argv: list[str] | None = None) -> None:
             "The machine (2 cores) was shared with other jobs: 2 processes need 2 free cores, so the per-round"
             " figures are pessimistic when other jobs ran.",
         ]
-        print(write_table("processes", "Client-parallel: 2 CPU processes vs 1", rows, COLUMNS, notes, environment()))
+        print(write_table(args.name, "Client-parallel: 2 CPU processes vs 1", rows, COLUMNS, notes, environment()))
 
 
 if __name__ == "__main__":
