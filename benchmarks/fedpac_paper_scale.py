@@ -39,10 +39,16 @@ def slug(name: str) -> str:
     return name.lower().replace(" ", "_").replace("(", "").replace(")", "").replace("-", "_")
 
 
-def train(name: str, root: Path, seed: int, rounds: int, checkpoint_every: int) -> None:
-    """Train ``name`` for ``rounds`` rounds, resuming from its latest checkpoint when there is one."""
+def train(name: str, root: Path, seed: int, rounds: int, checkpoint_every: int, stack: int | None = None) -> None:
+    """Train ``name`` for ``rounds`` rounds, resuming from its latest checkpoint when there is one.
+
+    ``stack``: train the clients in stacks of this many (``stack_clients``; the CNN has no dropout or batch
+    normalisation, so every method here stacks).
+    """
     folder = root / f"{slug(name)}_{seed}"
-    trainer = quiet_trainer(rounds, seed, folder, local_epochs=SCALE["local_epochs"], checkpoint_every=checkpoint_every)
+    trainer = quiet_trainer(
+        rounds, seed, folder, local_epochs=SCALE["local_epochs"], checkpoint_every=checkpoint_every, stack_clients=stack
+    )
     last = latest_checkpoint(folder)  # the latest version folder's last.ckpt
     start = time.perf_counter()
     trainer.fit(methods(SCALE)[name](), federation(SCALE, seed, 20), ckpt_path=str(last) if last else None)
@@ -108,11 +114,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=SCALE["rounds"])
     parser.add_argument("--checkpoint-every", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--stack-clients", type=int, default=None, help="train in stacks of this many clients")
     parser.add_argument("--tag", default="fedpac_fashion_mnist_paper", help="name of the results files")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)  # small convolutions on a shared machine: more threads only contend
     if args.method:
-        train(args.method, args.root, args.seed, args.rounds, args.checkpoint_every)
+        train(args.method, args.root, args.seed, args.rounds, args.checkpoint_every, args.stack_clients)
     if args.report:
         report(args.methods, args.root, args.seed, args.rounds, args.tag)
     if not (args.method or args.report):
