@@ -41,6 +41,11 @@ The workloads (``--workload``):
       (60 steps per client and round), SGD lr 0.01, momentum 0.5, weight decay 5e-4; the reference clears its one
       optimizer's momenta before each client (fedhet gives each client a fresh optimizer state). No stacked side
       (the vmap reference trains one epoch). Results go to ``engine_overhead_cnn.{csv,md}``.
+    * ``mlp`` (realistic, small): the recipe of ``configs/fedavg/mnist5k_dominant.yaml`` (``processes.py``'s
+      federation) on synthetic standard-normal 784-feature samples: 126 training samples per client (that config's
+      180 less its validation and test splits), ``FedAvg(hidden_dims=[200], lr=0.05, momentum=0.5)``, E = 5 epochs of
+      batch 50 (15 steps per client and round, a few milliseconds): a round cheap enough for 1,000 clients. No
+      stacked side. Results go to ``engine_overhead_mlp.{csv,md}``.
     The same federation serves both sides and every repeat.
 
 How time is measured:
@@ -107,13 +112,15 @@ class Workload:
     """What each client trains on and with: its samples, network, batch size, optimiser and local epochs.
 
     Attributes:
-        name: ``tiny`` (framework overhead) or ``cnn`` (the FedPAC paper's Fashion-MNIST recipe).
+        name: ``tiny`` (framework overhead), ``mlp`` or ``cnn`` (realistic rounds).
         input_shape: shape of one sample.
         samples: the fewest and most training samples of a client (drawn uniformly between them).
         batch_size: samples per step.
         lr, momentum, weight_decay: the SGD of both sides.
         local_epochs: passes over a client's samples per round.
-        network: ``FedAvg(network=...)``: ``"mlp"`` (``hidden_dims=[64]``) or ``"cnn"`` (the paper's CNN).
+        network: ``FedAvg(network=...)``: ``"mlp"`` (``hidden_dims=[hidden]``) or ``"cnn"`` (the paper's CNN).
+        hidden: the MLP's hidden width (``network="mlp"``).
+        text: what the results file says of the workload.
 
     """
 
@@ -126,23 +133,60 @@ class Workload:
     weight_decay: float
     local_epochs: int
     network: str
+    hidden: int
+    text: str
 
 
 WORKLOADS = {
     # 2-4 steps of a 32-64-10 MLP per client and round: what the engine costs per client, not a realistic round
-    "tiny": Workload("tiny", (32,), (50, 100), 32, 0.05, 0.0, 0.0, 1, "mlp"),
+    "tiny": Workload(
+        "tiny",
+        (32,),
+        (50, 100),
+        32,
+        0.05,
+        0.0,
+        0.0,
+        1,
+        "mlp",
+        64,
+        "synthetic tabular clients of 50-100 samples, 32 features, 10 classes; a 32-64-10 MLP, one epoch of batch 32"
+        " (2-4 SGD steps, lr 0.05) per client and round: a client's compute is about a millisecond, so the ratio is"
+        " what the engine costs per client (framework overhead), not what a realistic round costs.",
+    ),  # fmt: skip
+    # configs/fedavg/mnist5k_dominant.yaml's recipe: 126 training samples, MLP 784-200-10, E = 5, batch 50
+    "mlp": Workload(
+        "mlp",
+        (784,),
+        (126, 126),
+        50,
+        0.05,
+        0.5,
+        0.0,
+        5,
+        "mlp",
+        200,
+        "the recipe of `configs/fedavg/mnist5k_dominant.yaml` on synthetic 784-feature samples: 126 training samples"
+        " per client, a 784-200-10 MLP, E = 5 epochs of batch 50 (15 SGD steps, lr 0.05, momentum 0.5) per client"
+        " and round: a realistic small client round of a few milliseconds.",
+    ),  # fmt: skip
     # the FedPAC paper's Fashion-MNIST recipe (Xu, Tong & Huang, ICLR 2023): its CNN on 28 x 28 images, 600 training
     # samples per client, batch 50, E = 5, SGD lr 0.01, momentum 0.5, weight decay 5e-4 (60 steps per client)
-    "cnn": Workload("cnn", (1, 28, 28), (600, 600), 50, 0.01, 0.5, 5e-4, 5, "cnn"),
-}
-HIDDEN = 64  # the tiny workload's MLP width
-WORKLOAD_TEXT = {
-    "tiny": "synthetic tabular clients of 50-100 samples, 32 features, 10 classes; a 32-64-10 MLP, one epoch of batch"
-    " 32 (2-4 SGD steps, lr 0.05) per client and round: a client's compute is about a millisecond, so the ratio is"
-    " what the engine costs per client (framework overhead), not what a realistic round costs.",
-    "cnn": "the FedPAC paper's Fashion-MNIST recipe on synthetic 1 x 28 x 28 images: 600 training samples per client,"
-    " its CNN (`FedAvg(network='cnn')`), E = 5 epochs of batch 50 (60 SGD steps, lr 0.01, momentum 0.5, weight decay"
-    " 5e-4) per client and round: a realistic client round of a few hundred milliseconds.",
+    "cnn": Workload(
+        "cnn",
+        (1, 28, 28),
+        (600, 600),
+        50,
+        0.01,
+        0.5,
+        5e-4,
+        5,
+        "cnn",
+        0,
+        "the FedPAC paper's Fashion-MNIST recipe on synthetic 1 x 28 x 28 images: 600 training samples per client,"
+        " its CNN (`FedAvg(network='cnn')`), E = 5 epochs of batch 50 (60 SGD steps, lr 0.01, momentum 0.5, weight"
+        " decay 5e-4) per client and round: a realistic client round of a few hundred milliseconds.",
+    ),  # fmt: skip
 }
 
 
@@ -178,8 +222,8 @@ def make_federation(tensors: dict[str, tuple[Tensor, Tensor]], workload: Workloa
 class ReferenceNet(nn.Module):
     """FedAvg's network for the workload in plain PyTorch, with the same parameter names.
 
-    ``tiny``: flatten, ``Linear(32, 64)``, ReLU, ``Linear(64, 10)``; ``cnn``: the FedPAC paper's CNN body
-    (``fedhet.modules.fedpac_nets.cnn28_body``, plain ``nn`` layers) and a linear head.
+    ``tiny`` and ``mlp``: flatten, ``Linear(d, hidden)``, ReLU, ``Linear(hidden, 10)``; ``cnn``: the FedPAC paper's
+    CNN body (``fedhet.modules.fedpac_nets.cnn28_body``, plain ``nn`` layers) and a linear head.
     """
 
     def __init__(self, workload: Workload) -> None:
@@ -190,8 +234,8 @@ class ReferenceNet(nn.Module):
             self.body: nn.Module = cnn28_body(workload.input_shape[0])
             self.head = nn.Linear(FEATURE_DIM, NUM_CLASSES)
         else:
-            self.body = nn.Sequential(nn.Flatten(), nn.Linear(workload.input_shape[0], HIDDEN), nn.ReLU())
-            self.head = nn.Linear(HIDDEN, NUM_CLASSES)
+            self.body = nn.Sequential(nn.Flatten(), nn.Linear(workload.input_shape[0], workload.hidden), nn.ReLU())
+            self.head = nn.Linear(workload.hidden, NUM_CLASSES)
 
     def forward(self, x: Tensor) -> Tensor:
         """Class logits."""
@@ -361,7 +405,7 @@ def make_model(workload: Workload = WORKLOADS["tiny"]):
     from fedhet.modules.baselines import FedAvg
 
     return FedAvg(
-        hidden_dims=[HIDDEN],
+        hidden_dims=[workload.hidden],
         network=workload.network,
         lr=workload.lr,
         momentum=workload.momentum,
@@ -581,7 +625,7 @@ def write_results(rows: list[dict], env: dict[str, str], out_dir: Path, workload
         "# Engine overhead: FedAvg seconds per round, fedhet vs bare PyTorch"
         + ("" if workload.name == "tiny" else f" ({workload.name} workload)"),
         "",
-        f"Workload `{workload.name}`: {WORKLOAD_TEXT[workload.name]}",
+        f"Workload `{workload.name}`: {workload.text}",
         "",
         "Written by `benchmarks/engine_overhead.py` (its docstring explains the method). Target: ratio <= 1.10x.",
         "Ratio: median over repeats of (median fedhet steady-state round) / (median reference round); rounds 0 and",
