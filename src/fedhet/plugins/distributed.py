@@ -2,9 +2,10 @@
 
 Gathering is a tensor collective, not a pickle of tensors: :func:`pack_object` pickles an object's skeleton with every
 plain dense tensor replaced by a reference into one flat byte buffer that holds the tensors' bytes back to back; the
-processes exchange the buffers' lengths (an ``all_gather``), then the buffers (a ``broadcast`` from each process);
-:func:`unpack_object` rebuilds each other process's object, copying each tensor out of its buffer. Gathering every
-client's upload thus costs two memory copies of the uploads plus the transfer, instead of pickling them.
+processes of one CPU machine write their buffers into shared memory and exchange only the buffers' lengths (an
+``all_gather``), others exchange the buffers too (a ``broadcast`` from each process); :func:`unpack_object` rebuilds
+each other process's object, copying each tensor out of its buffer. Gathering every client's upload thus costs two
+memory copies of the uploads (plus the transfer between machines), instead of pickling them.
 """
 
 from __future__ import annotations
@@ -246,16 +247,19 @@ def gather_objects(fabric: Fabric, obj: T) -> list[T]:
         with _collective(fabric):
             dist.all_gather(infos, info)
             places = [(int(n), int(g)) for n, g in (i.tolist() for i in infos)]
-            buffers = [
-                buffer if r == rank else segments.readable(r, g, n) if segments is not None and g >= 0
-                else buffer.new_empty(n)
-                for r, (n, g) in enumerate(places)
-            ]  # fmt: skip
+            buffers: list[Tensor] = []
+            for r, (n, g) in enumerate(places):
+                if r == rank:
+                    buffers.append(buffer)
+                elif segments is not None and g >= 0:  # in shared memory: read in place
+                    buffers.append(segments.readable(r, g, n))
+                else:
+                    buffers.append(buffer.new_empty(n))
             for src, (_, g) in enumerate(places):
                 if g < 0:  # not in shared memory: through the process group
                     dist.broadcast(buffers[src], src=src)
             gathered = [obj if r == rank else unpack_object(b.cpu()) for r, b in enumerate(buffers)]
-            if segments is not None and segments.new_segments([g for _, g in places]):
+            if segments is not None and segments.grew:
                 dist.barrier()  # every process has mapped the new segments: their names can go
     finally:
         if segments is not None:
@@ -263,20 +267,23 @@ def gather_objects(fabric: Fabric, obj: T) -> list[T]:
     return gathered
 
 
-_segments: weakref.WeakKeyDictionary[Fabric, SharedSegments] = weakref.WeakKeyDictionary()
+_segments: weakref.WeakKeyDictionary[Fabric, SharedSegments | None] = weakref.WeakKeyDictionary()
 
 
 def _shared_segments(fabric: Fabric) -> SharedSegments | None:
-    """The run's shared-memory segments when its processes share one machine (named at its first gather)."""
-    if getattr(getattr(fabric, "strategy", None), "num_nodes", 1) != 1 or not shared_memory_available():
-        return None
-    segments = _segments.get(fabric)
-    if segments is None:
-        token = [secrets.token_hex(6) if dist.get_rank() == 0 else None]
-        with _collective(fabric):
-            dist.broadcast_object_list(token, src=0)
-        segments = _segments[fabric] = SharedSegments(f"{token[0]}", dist.get_rank())
-    return segments
+    """The run's shared-memory segments when its processes share one machine, else ``None``.
+
+    Decided and named at the run's first gather, then kept: later gathers make no check and no system call here.
+    """
+    if fabric not in _segments:
+        segments = None
+        if getattr(getattr(fabric, "strategy", None), "num_nodes", 1) == 1 and shared_memory_available():
+            token = [secrets.token_hex(6) if dist.get_rank() == 0 else None]
+            with _collective(fabric):
+                dist.broadcast_object_list(token, src=0)
+            segments = SharedSegments(f"{token[0]}", dist.get_rank())
+        _segments[fabric] = segments
+    return _segments[fabric]
 
 
 def barrier(fabric: Fabric) -> None:

@@ -68,8 +68,9 @@ class _Mapping:
 class SharedSegments:
     """This process's two segments and its mappings of the other processes' segments, for one run's gathers.
 
-    Every process of the run calls :meth:`writable`, then :meth:`readable` for each other process, then :meth:`end`,
-    once per gather and in the same order (gathers are collective), so the slot a gather uses agrees on every process.
+    Every process of the run calls :meth:`writable`, then :meth:`readable` for each other process, reads :attr:`grew`,
+    then calls :meth:`end`, once per gather and in the same order (gathers are collective), so the slot a gather uses
+    agrees on every process.
 
     Args:
         token: the run's name for its files, the same on every process (``fedhet-<token>-r<rank>-s<slot>-g<n>``).
@@ -85,7 +86,9 @@ class SharedSegments:
         self._generation = [0, 0]
         self._theirs: dict[tuple[int, int], tuple[int, _Mapping]] = {}
         self._created: list[Path] = []
-        self._seen: dict[tuple[int, int], int] = {}
+        self.grew = False
+        """Whether a process grew its segment in this gather: this one made a file, or mapped another's new one. Every
+        process maps every other's new file in the gather that makes it, so the answer is the same on every process."""
 
     def path(self, rank: int, slot: int, generation: int) -> Path:
         """The file of ``rank``'s segment ``slot`` in its ``generation``-th size."""
@@ -121,6 +124,7 @@ class SharedSegments:
             self._own[slot] = own = grown
             self._generation[slot] += 1
             self._created.append(path)
+            self.grew = True
         return own.view(num_bytes), self._generation[slot]
 
     def readable(self, rank: int, generation: int, num_bytes: int) -> Tensor:
@@ -133,29 +137,15 @@ class SharedSegments:
             path = self.path(rank, self.slot, generation)
             known = (generation, _Mapping(path, path.stat().st_size, create=False))
             self._theirs[key] = known
+            self.grew = True
         return known[1].view(num_bytes)
-
-    def new_segments(self, generations: list[int]) -> bool:
-        """Whether a process grew its segment in this gather (the same answer on every process).
-
-        Args:
-            generations: each process's segment generation in this gather, in rank order (``-1``: not in shared
-                memory).
-
-        """
-        slot = self.slot
-        changed = False
-        for rank, generation in enumerate(generations):
-            if generation >= 0 and self._seen.get((rank, slot)) != generation:
-                self._seen[(rank, slot)] = generation
-                changed = True
-        return changed
 
     def end(self) -> None:
         """Close this gather: remove the names of the files it created (call after every process mapped them)."""
         for path in self._created:
             path.unlink(missing_ok=True)
         self._created.clear()
+        self.grew = False
         self.gathers += 1
 
     def close(self) -> None:
