@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from typing import Any, cast
 
 import torch
@@ -101,6 +101,46 @@ def _cycled(loader: Iterable, epochs: int, steps: int | None) -> Iterator[Any]:
             return
 
 
+@contextmanager
+def local_training(
+    module: EngineModule,
+    loader: Iterable,
+    phases: Sequence[LocalPhase],
+    optimizers: Callable[[], list[Optimizer]] | None = None,
+) -> Iterator[tuple[LocalTraining, list[Optimizer]]]:
+    """A client's local training set up in its module, as both the sequential and the stacked path start it.
+
+    The module gets a :class:`~fedhet.core.LocalTraining` of ``loader`` and ``phases`` (before its optimizers are
+    built: a module may build what its phases step, e.g. FLIC's anchor copy), its optimizers are built and checked
+    against the phases, and it is put in training mode; the ``LocalTraining`` is taken back on leaving, also on an
+    error.
+
+    Args:
+        module: the client's module.
+        loader: the client's training batches (empty when only the optimizers are wanted).
+        phases: the phases the module will run.
+        optimizers: gives the optimizers, as new (e.g. :meth:`ModuleSlot.optimizers
+            <fedhet.plugins.slots.ModuleSlot.optimizers>`); ``None`` builds them with ``configure_optimizers()``.
+
+    Yields:
+        the ``LocalTraining`` (its ``logs`` collect what the module logs) and the built optimizers.
+
+    Raises:
+        ValueError: a phase names an optimizer that ``configure_optimizers()`` does not give.
+
+    """
+    training = LocalTraining(loader, tuple(phases))
+    module.set_local_training(training)
+    try:
+        built = optimizers() if optimizers is not None else local_optimizers(module)
+        check_phase_optimizers(module, phases, len(built))
+        if not module.training:
+            module.train()
+        yield training, built
+    finally:
+        module.set_local_training(None)
+
+
 def run_local_training(
     fabric: Fabric,
     module: EngineModule,
@@ -139,22 +179,14 @@ def run_local_training(
         its own, **the mean of each name the module logged}, optimizer state dict or None)``.
 
     """
-    training = LocalTraining(loader, tuple(phases))
-    module.set_local_training(training)  # before configure_optimizers: a module may build what its phases step
-    built = optimizers() if optimizers is not None else local_optimizers(module)
-    check_phase_optimizers(module, phases, len(built))
-    if optimizer_state is not None:
-        states = optimizer_state if isinstance(optimizer_state, list) else [optimizer_state]
-        for optimizer, state in zip(built, states, strict=True):
-            optimizer.load_state_dict(state)
-    if not module.training:
-        module.train()
-    try:
+    with local_training(module, loader, phases, optimizers) as (training, built):
+        if optimizer_state is not None:
+            states = optimizer_state if isinstance(optimizer_state, list) else [optimizer_state]
+            for optimizer, state in zip(built, states, strict=True):
+                optimizer.load_state_dict(state)
         module.on_train_start()
         losses = train_phases(fabric, module, loader, phases, built, local_epochs, local_steps)
         module.on_train_end()
-    finally:
-        module.set_local_training(None)
     metrics = local_metrics(training.logs, losses, fabric.device.type != "cpu")
     if not keep_optimizer_state:
         return metrics, None

@@ -86,9 +86,9 @@ from fedhet.core.seeding import seeded
 from fedhet.functional.stacking import masked_mean, stack_padded, stack_states, unstack_states
 from fedhet.plugins.context import ClientContext, ClientJob, LocalResult
 from fedhet.plugins.local_loop import (
-    check_phase_optimizers,
     local_metrics,
     local_optimizers,
+    local_training,
     phase_batches,
     phase_loader,
     train_phases,
@@ -311,17 +311,13 @@ def train_stack(
         raise ValueError(f"{type(module).__name__} cannot train in a stack: {refusal}")
     leaves = stack_states(states)
     attributes = tuple(inputs[0]) if inputs else ()
-    module.set_local_training(LocalTraining((), tuple(phases)))  # as the sequential path builds them
-    try:
-        built = local_optimizers(module)
-    finally:
-        module.set_local_training(None)
+    with local_training(module, (), phases) as (_, built):  # built as the sequential path builds them
+        pass
     stepped_ids = {id(p) for optimizer in built for group in optimizer.param_groups for p in group["params"]}
     trained = [name for name in attributes if id(getattr(module, name)) in stepped_ids]
     for name in attributes:
         leaves[name] = torch.stack([client[name].detach() for client in inputs]).requires_grad_(name in trained)
     optimizers = [stacked_optimizer(optimizer, module, leaves, attributes) for optimizer in built]
-    check_phase_optimizers(module, phases, len(built))
     kept_leaves: list[Tensor] = []
     if optimizer_states is not None:
         if len(built) != 1:
@@ -577,9 +573,10 @@ def _prepare(
 ) -> tuple[dict[str, Any], dict[str, float]]:
     """Start the client its module holds as the sequential path does, and run its preparation phases there.
 
-    As :func:`~fedhet.plugins.local_loop.run_local_training`: the module gets its ``LocalTraining``, its optimizers are
-    built (a module may make per-client tensors there, e.g. FLIC's anchor copy), ``on_train_start`` runs, then the
-    ``preparation_phases()`` (FLIC's pre-training or re-alignment), one client at a time with ``training_step``.
+    Through :func:`~fedhet.plugins.local_loop.local_training`, as ``run_local_training``: the module gets its
+    ``LocalTraining``, its optimizers are built (a module may make per-client tensors there, e.g. FLIC's anchor copy),
+    ``on_train_start`` runs, then the ``preparation_phases()`` (FLIC's pre-training or re-alignment), one client at a
+    time with ``training_step``.
 
     Returns:
         the attributes ``names`` as the module then holds them, and the metrics of the preparation phases.
@@ -587,18 +584,12 @@ def _prepare(
     """
     module = job.slot.module
     preparation = module.preparation_phases()
-    training = LocalTraining(loader, tuple(preparation + module.local_phases()))
-    module.set_local_training(training)
-    try:
-        optimizers = job.slot.optimizers()
-        if not module.training:
-            module.train()
+    phases = preparation + module.local_phases()
+    with local_training(module, loader, phases, job.slot.optimizers) as (training, optimizers):
         module.on_train_start()
         losses = train_phases(
             context.fabric, module, loader, preparation, optimizers, context.local_epochs, context.local_steps
         )
-    finally:
-        module.set_local_training(None)
     metrics = local_metrics(training.logs, losses, context.fabric.device.type != "cpu")
     del metrics["loss"]  # no local phase ran yet: the stack's steps give the loss
     return {name: getattr(module, name) for name in names}, metrics
