@@ -12,15 +12,15 @@ This package imports nothing else of fedhet (only torch), so every other package
   — what travels between clients and server and what each keeps (``state``).
 * :class:`Federation`, :class:`FederationHooks` — the typed hooks and what a callback may read of the trainer
   (``hooks``).
-* :func:`derive_seed`, :func:`seeded` — every random draw of a run derives from (seed, purpose, round, client)
-  (``seeding``).
+* :func:`derive_seed`, :func:`seeded`, :func:`rng_preserved` — every random draw of a run derives from (seed,
+  purpose, round, client) (``seeding``).
 * the statistic names that a method's module uploads and its server callback reads (``statistics``).
 """
 
 from fedhet.core.capabilities import BatchLossModule, PenalisedModule, RoundAware, StackableModule
 from fedhet.core.hooks import Federation, FederationHooks
 from fedhet.core.protocols import EngineModule, FederatedModuleProtocol, LocalPhase, LocalTraining
-from fedhet.core.seeding import derive_seed, seeded
+from fedhet.core.seeding import derive_seed, rng_preserved, seeded
 from fedhet.core.spec import ClientSpec
 from fedhet.core.state import (
     ClientFailure,
@@ -53,6 +53,7 @@ __all__ = [
     "derive_seed",
     "non_finite",
     "num_bytes",
+    "rng_preserved",
     "seeded",
     "to_cpu",
 ]

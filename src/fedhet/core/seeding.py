@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 
 import torch
 
@@ -26,23 +27,57 @@ def derive_seed(seed: int, *keys: object) -> int:
     return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "little") >> 1
 
 
+_PRESERVED: ContextVar[bool] = ContextVar("fedhet_rng_preserved", default=False)
+
+
+@contextmanager
+def rng_preserved(devices: list[torch.device] | None = None) -> Iterator[None]:
+    """Run a block that seeds torch's generators many times (:func:`seeded`), restoring them once, after it.
+
+    Inside it, :func:`seeded` only seeds: the state is saved and restored here, once, instead of at every
+    :func:`seeded` (a save and a restore cost more than a client's seeding; the engine seeds every client of a round).
+
+    Args:
+        devices: the devices whose generators the block's :func:`seeded` calls seed: every CUDA one among them is
+            saved and restored, as the CPU generator always is.
+
+    """
+    if _PRESERVED.get():
+        yield
+        return
+    cuda = [d for d in devices or [] if d.type == "cuda"]
+    cpu_state = torch.default_generator.get_state()
+    cuda_states = [torch.cuda.get_rng_state(d) for d in cuda]
+    token = _PRESERVED.set(True)
+    try:
+        yield
+    finally:
+        _PRESERVED.reset(token)
+        torch.default_generator.set_state(cpu_state)
+        for device, state in zip(cuda, cuda_states, strict=True):
+            torch.cuda.set_rng_state(state, device)
+
+
 @contextmanager
 def seeded(seed: int, devices: list[torch.device] | None = None) -> Iterator[None]:
     """Run a block with torch's CPU generator (and those of the given CUDA devices) seeded, restoring them after.
 
     Cheaper than ``torch.manual_seed`` inside ``torch.random.fork_rng``, which visits every accelerator backend; this
-    runs once per client and round.
+    runs once per client and round. Inside :func:`rng_preserved` (the engine's rounds), the generators are restored
+    when that block ends rather than after this one.
     """
-    cuda = [d for d in devices or [] if d.type == "cuda"]
-    cpu_state = torch.default_generator.get_state()
-    cuda_states = [torch.cuda.get_rng_state(d) for d in cuda]
-    torch.default_generator.manual_seed(seed)
-    for device in cuda:
-        with torch.cuda.device(device):
-            torch.cuda.manual_seed(seed)
-    try:
+    if _PRESERVED.get():
+        _seed(seed, devices)
         yield
-    finally:
-        torch.default_generator.set_state(cpu_state)
-        for device, state in zip(cuda, cuda_states, strict=True):
-            torch.cuda.set_rng_state(state, device)
+        return
+    with rng_preserved(devices):
+        _seed(seed, devices)
+        yield
+
+
+def _seed(seed: int, devices: list[torch.device] | None) -> None:
+    torch.default_generator.manual_seed(seed)
+    for device in devices or []:
+        if device.type == "cuda":
+            with torch.cuda.device(device):
+                torch.cuda.manual_seed(seed)

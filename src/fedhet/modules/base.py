@@ -94,7 +94,7 @@ class FederatedModule(LightningModule):
     # ---------------------------------------------------------------- the client
     def setup_client(self, spec: ClientSpec) -> None:
         """Remember the client's description; ``configure_model()`` builds the layers it needs."""
-        self.client_spec = spec
+        self._set_plain("client_spec", spec)
 
     def client_signature(self, spec: ClientSpec) -> Hashable:
         """Clients with equal signatures get identically shaped layers (the engine reuses one module for them)."""
@@ -148,7 +148,15 @@ class FederatedModule(LightningModule):
         A test or a script that drives the module's hooks itself may hand over batches the same way:
         ``module.set_local_training(LocalTraining(loader))``.
         """
-        self.local_training = training
+        self._set_plain("local_training", training)
+
+    def _set_plain(self, name: str, value: Any) -> None:
+        """Set an attribute that is no parameter, buffer or layer, as ``setattr`` would, without its look-ups.
+
+        ``nn.Module.__setattr__`` first checks the value and the name against the module's parameters, buffers and
+        layers (about a microsecond); the engine sets these attributes for every client and round.
+        """
+        self.__dict__[name] = value
 
     @property
     def local_train_loader(self) -> Iterable | None:

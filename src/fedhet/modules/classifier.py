@@ -130,7 +130,7 @@ class FederatedClassifier(FederatedModule):
     def on_train_start(self) -> None:
         """Remember the parameters received for the round, the anchor of :meth:`local_penalty` (if defined)."""
         received = self.has_local_penalty
-        self._received = {n: p.detach().clone() for n, p in self.named_parameters()} if received else None
+        self._set_plain("_received", {n: p.detach().clone() for n, p in self.named_parameters()} if received else None)
 
     def sample_losses(self, batch: tuple[Tensor, Tensor]) -> Tensor:
         """Cross-entropy of each of the batch's ``B`` samples, shape ``(B,)``; ``training_step`` takes their mean.

@@ -26,7 +26,7 @@ import logging
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
-from fedhet.core import RoundUploads
+from fedhet.core import RoundUploads, rng_preserved
 from fedhet.plugins.context import ClientContext, ClientEvaluation, ClientJob
 
 log = logging.getLogger(__name__)
@@ -68,17 +68,18 @@ class ClientRunner(ABC):
         """
         evaluations: dict[str, ClientEvaluation] = {}
         failed: list[str] = []
-        for client_id in client_ids:
-            try:
-                evaluation = context.evaluate(client_id, stage, round_idx)
-            except Exception as err:  # an evaluation failure must not take a long run down
-                log.warning("round %d: client '%s' left out of the %s evaluation: %s: %s",
-                            round_idx, client_id, stage, type(err).__name__, err)  # fmt: skip
-                failed.append(client_id)
-                context.slot(client_id).refresh()
-                continue
-            if evaluation is not None:
-                evaluations[client_id] = evaluation
+        with rng_preserved([context.fabric.device]):  # a fine-tuning client seeds its draws (adaptation phases)
+            for client_id in client_ids:
+                try:
+                    evaluation = context.evaluate(client_id, stage, round_idx)
+                except Exception as err:  # an evaluation failure must not take a long run down
+                    log.warning("round %d: client '%s' left out of the %s evaluation: %s: %s",
+                                round_idx, client_id, stage, type(err).__name__, err)  # fmt: skip
+                    failed.append(client_id)
+                    context.slot(client_id).refresh()
+                    continue
+                if evaluation is not None:
+                    evaluations[client_id] = evaluation
         return evaluations, failed
 
 
@@ -86,14 +87,19 @@ class LocalRunner(ClientRunner):
     """Trains the clients in this process: start, train (now or in a batch), finish, on the shared code path."""
 
     def run(self, context: ClientContext, client_ids: Sequence[str], round_idx: int) -> RoundUploads:
-        """Start, train and finish each client of ``client_ids``, in order (see the module's docstring)."""
+        """Start, train and finish each client of ``client_ids``, in order (see the module's docstring).
+
+        Each client's draws are seeded on its own (``ClientContext.fit_seed``); torch's generators are restored once,
+        after the round's clients, not after each.
+        """
         uploads = RoundUploads()
-        for client_id in client_ids:
-            try:
-                self.submit(context, context.start(client_id, round_idx), uploads)
-            except Exception as err:  # a failing client must not take the run down: it is left out and named
-                context.fail(client_id, err, uploads)
-        self.flush(context, uploads)
+        with rng_preserved([context.fabric.device]):
+            for client_id in client_ids:
+                try:
+                    self.submit(context, context.start(client_id, round_idx), uploads)
+                except Exception as err:  # a failing client must not take the run down: it is left out and named
+                    context.fail(client_id, err, uploads)
+            self.flush(context, uploads)
         return uploads
 
     @abstractmethod
