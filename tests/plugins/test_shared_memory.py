@@ -3,6 +3,7 @@
 import errno
 import os
 import secrets
+import threading
 
 import pytest
 import torch
@@ -84,3 +85,57 @@ def test_close_removes_a_segment_whose_gather_did_not_end():
     assert files(writer.token)
     writer.close()
     assert files(writer.token) == set()
+
+
+def control_pair() -> tuple[SharedSegments, SharedSegments]:
+    """Rank 0 and rank 1 of one run with a control block (rank 0 makes its file, rank 1 maps it)."""
+    token = secrets.token_hex(6)
+    first = SharedSegments(token, 0, world_size=2, control=True)
+    second = SharedSegments(token, 1, world_size=2, control=True)
+    first.control_mapped()
+    return first, second
+
+
+def test_exchange_gives_every_process_the_places_of_the_same_gather():
+    segments = control_pair()
+    assert files(segments[0].token) == set()  # the control block's name went once both had mapped it
+    seen: dict[int, list[list[tuple[int, int]]]] = {0: [], 1: []}
+
+    def run(rank: int) -> None:
+        for gather in range(300):  # each side runs ahead whenever it can: the slots must keep gathers apart
+            seen[rank].append(segments[rank].exchange(1000 * gather + rank, gather % 7 - 1))
+            segments[rank].end()
+
+    threads = [threading.Thread(target=run, args=(rank,)) for rank in (0, 1)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    expected = [[(1000 * g, g % 7 - 1), (1000 * g + 1, g % 7 - 1)] for g in range(300)]
+    assert seen[0] == expected
+    assert seen[1] == expected
+    for side in segments:
+        side.close()
+
+
+def test_exchange_asks_whether_the_others_live_and_gives_up_after_its_timeout():
+    alone, other = control_pair()
+    checks = []
+    with pytest.raises(TimeoutError, match=r"ranks \[1\] did not reach gather 1"):
+        alone.exchange(10, 1, check=lambda: checks.append(1), timeout_s=0.6)
+    assert checks  # asked at least once before giving up
+
+    def gone() -> None:
+        raise RuntimeError("rank 1 (pid 42) was killed by SIGKILL")
+
+    with pytest.raises(RuntimeError, match="SIGKILL"):
+        alone.exchange(10, 1, check=gone, timeout_s=30)
+    alone.close()
+    other.close()
+
+
+def test_exchange_needs_a_control_block():
+    writer, reader = pair()
+    assert not writer.has_control
+    with pytest.raises(RuntimeError, match="control block"):
+        writer.exchange(1, 1)

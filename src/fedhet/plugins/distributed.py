@@ -2,8 +2,9 @@
 
 Gathering is a tensor collective, not a pickle of tensors: :func:`pack_object` pickles an object's skeleton with every
 plain dense tensor replaced by a reference into one flat byte buffer that holds the tensors' bytes back to back; the
-processes of one CPU machine write their buffers into shared memory and exchange only the buffers' lengths (an
-``all_gather``), others exchange the buffers too (a ``broadcast`` from each process); :func:`unpack_object` rebuilds
+processes of one CPU machine write their buffers into shared memory and tell each other only the buffers' lengths
+(through a shared-memory control block on x86-64, else an ``all_gather``), others exchange the buffers too (a
+``broadcast`` from each process); :func:`unpack_object` rebuilds
 each other process's object, copying each tensor out of its buffer. Gathering every client's upload thus costs two
 memory copies of the uploads (plus the transfer between machines), instead of pickling them.
 """
@@ -34,7 +35,7 @@ from lightning.fabric.plugins.environments import (
 )
 from torch import Tensor
 
-from fedhet.plugins.shared_memory import SharedSegments, shared_memory_available
+from fedhet.plugins.shared_memory import SharedSegments, ordered_stores, shared_memory_available
 
 T = TypeVar("T")
 
@@ -215,8 +216,10 @@ def gather_objects(fabric: Fabric, obj: T) -> list[T]:
     """Every process's ``obj``, in rank order, on every process (identity on one process).
 
     The objects travel as :func:`pack_object` buffers. Between the CPU processes of one machine each buffer is
-    written into a shared-memory segment (:mod:`fedhet.plugins.shared_memory`): one ``all_gather`` of each buffer's
-    length and segment, and the others read it in place. Otherwise (several machines, NCCL, or no room in
+    written into a shared-memory segment (:mod:`fedhet.plugins.shared_memory`), each buffer's length and segment go
+    through the run's shared-memory control block (:meth:`SharedSegments.exchange
+    <fedhet.plugins.shared_memory.SharedSegments.exchange>`; an ``all_gather`` where stores may be reordered), and the
+    others read it in place. Otherwise (several machines, NCCL, or no room in
     ``/dev/shm``) one ``all_gather`` of the lengths, then one ``broadcast`` from each process of its buffer (on the
     process's device with NCCL): per-process broadcasts move the same bytes as an ``all_gather`` without padding every
     buffer to the longest, and with gloo on 2 CPU processes take half the time of its ``all_gather`` (5 against 9-10 ms
@@ -241,12 +244,9 @@ def gather_objects(fabric: Fabric, obj: T) -> list[T]:
     buffer = packing.fill(buffer if buffer is not None else torch.empty(packing.num_bytes, dtype=torch.uint8))
     device = fabric.device if nccl else torch.device("cpu")
     buffer = buffer.to(device)
-    info = torch.tensor([packing.num_bytes, generation], dtype=torch.int64, device=device)
-    infos = [torch.empty_like(info) for _ in range(fabric.world_size)]
     try:
         with _collective(fabric):
-            dist.all_gather(infos, info)
-            places = [(int(n), int(g)) for n, g in (i.tolist() for i in infos)]
+            places = _places(fabric, segments, packing.num_bytes, generation, device)
             buffers: list[Tensor] = []
             for r, (n, g) in enumerate(places):
                 if r == rank:
@@ -278,12 +278,46 @@ def _shared_segments(fabric: Fabric) -> SharedSegments | None:
     if fabric not in _segments:
         segments = None
         if getattr(getattr(fabric, "strategy", None), "num_nodes", 1) == 1 and shared_memory_available():
-            token = [secrets.token_hex(6) if dist.get_rank() == 0 else None]
+            rank, world_size, control = dist.get_rank(), dist.get_world_size(), ordered_stores()
+            token = [secrets.token_hex(6) if rank == 0 else None]
+            if rank == 0:  # makes the control block's file before the others look for it
+                segments = SharedSegments(f"{token[0]}", rank, world_size, control)
             with _collective(fabric):
                 dist.broadcast_object_list(token, src=0)
-            segments = SharedSegments(f"{token[0]}", dist.get_rank())
+                if rank != 0:
+                    segments = SharedSegments(f"{token[0]}", rank, world_size, control)
+                dist.barrier()  # every process has mapped the control block: its name can go
+            if rank == 0 and segments is not None:
+                segments.control_mapped()
         _segments[fabric] = segments
     return _segments[fabric]
+
+
+def _places(
+    fabric: Fabric, segments: SharedSegments | None, num_bytes: int, generation: int, device: torch.device
+) -> list[tuple[int, int]]:
+    """Every process's ``(num_bytes, generation)`` for one gather: through the control block, else an ``all_gather``."""
+    if segments is not None and segments.has_control:
+        return segments.exchange(
+            num_bytes, generation, check=lambda: _check_alive(fabric), timeout_s=_timeout_s(fabric)
+        )
+    info = torch.tensor([num_bytes, generation], dtype=torch.int64, device=device)
+    infos = [torch.empty_like(info) for _ in range(fabric.world_size)]
+    dist.all_gather(infos, info)
+    return [(int(n), int(g)) for n, g in (i.tolist() for i in infos)]
+
+
+def _timeout_s(fabric: Fabric) -> float:
+    """The process group's timeout (Lightning's default, 30 minutes, when the strategy has none)."""
+    timeout = getattr(fabric.strategy, "_timeout", None)
+    return timeout.total_seconds() if timeout is not None else 1800.0
+
+
+def _check_alive(fabric: Fabric) -> None:
+    """Raise (as a lost collective does) when a child this process launched, or the rank 0 that launched it, is gone."""
+    dead = _dead_processes(fabric)
+    if dead is not None:
+        raise RuntimeError(dead)
 
 
 def barrier(fabric: Fabric) -> None:
@@ -305,19 +339,31 @@ def _collective(fabric: Fabric) -> Iterator[None]:
 
 def _who_died(fabric: Fabric, wait_s: float = 2.0) -> str:
     """Which process of the run is gone: a child this process launched, or (on a child) the launching rank 0."""
-    launcher = getattr(fabric.strategy, "launcher", None)
-    children = list(getattr(launcher, "procs", None) or [])  # Lightning's subprocess launcher: ranks 1.. of this node
     deadline = time.monotonic() + wait_s
-    while children:
-        dead = [(rank, p) for rank, p in enumerate(children, start=1) if p.poll() is not None and p.returncode != 0]
-        if dead:
-            return "; ".join(f"rank {rank} (pid {p.pid}) {_exit_text(p.returncode)}" for rank, p in dead)
-        if time.monotonic() > deadline:
-            break
+    while True:
+        dead = _dead_processes(fabric)
+        if dead is not None:
+            return dead
+        if not _children(fabric) or time.monotonic() > deadline:
+            return "another process stopped or lost its connection (see that process's output)"
         time.sleep(0.05)
+
+
+def _children(fabric: Fabric) -> list[Any]:
+    """The processes this one launched (by Lightning's subprocess launcher or the fork launcher: its ranks 1..)."""
+    return list(getattr(getattr(fabric.strategy, "launcher", None), "procs", None) or [])
+
+
+def _dead_processes(fabric: Fabric) -> str | None:
+    """Which child this process launched has failed, or whether the rank 0 that launched this one is gone; else None."""
+    dead = [
+        (rank, p) for rank, p in enumerate(_children(fabric), start=1) if p.poll() is not None and p.returncode != 0
+    ]
+    if dead:
+        return "; ".join(f"rank {rank} (pid {p.pid}) {_exit_text(p.returncode)}" for rank, p in dead)
     if fabric.global_rank != 0 and os.getppid() != _launcher_pid:
         return f"rank 0 (pid {_launcher_pid}), which launched this process, is gone"
-    return "another process stopped or lost its connection (see that process's output)"
+    return None
 
 
 def _exit_text(returncode: int) -> str:
