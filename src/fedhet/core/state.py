@@ -18,7 +18,7 @@ def num_bytes(tensors: Mapping[str, Tensor]) -> int:
 
 def to_cpu(tensors: Mapping[str, Tensor]) -> dict[str, Tensor]:
     """Detached CPU copies that later in-place updates of the originals cannot touch."""
-    return {name: t.detach().to("cpu", copy=True) for name, t in tensors.items()}
+    return {name: t.detach().clone() if t.device.type == "cpu" else t.detach().cpu() for name, t in tensors.items()}
 
 
 def non_finite(*payloads: Mapping[str, Tensor]) -> list[str]:

@@ -103,14 +103,12 @@ class TensorBatchLoader:
         return -(-len(self.dataset) // self.batch_size)
 
     def __iter__(self) -> Iterator[tuple[Tensor, Tensor]]:
-        x, y, n = self.dataset.x, self.dataset.y, len(self.dataset)
+        x, y = self.dataset.x, self.dataset.y
         if not self.shuffle:
-            for start in range(0, n, self.batch_size):
-                yield x[start : start + self.batch_size], y[start : start + self.batch_size]
+            yield from zip(x.split(self.batch_size), y.split(self.batch_size), strict=True)
             return
-        order = torch.randperm(n)
+        order = torch.randperm(y.shape[0])
         if order.device != x.device:
             order = order.to(x.device)
-        for start in range(0, n, self.batch_size):
-            index = order[start : start + self.batch_size]
+        for index in order.split(self.batch_size):
             yield x.index_select(0, index), y.index_select(0, index)

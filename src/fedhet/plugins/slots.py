@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import torch
 from torch import Tensor
 from torch.optim import Optimizer
 
@@ -47,6 +46,8 @@ class ModuleSlot:
         Reused optimizers are dropped when a parameter they step is no longer the module's.
         """
         self.targets: dict[str, Tensor] = dict(self.module.state_dict(keep_vars=True))
+        # detached aliases of the same memory: copying into them needs no autograd switch (no ``torch.no_grad``)
+        self._destinations = {name: t.detach() if isinstance(t, Tensor) else t for name, t in self.targets.items()}
         self._homes = _homes(self.module, self.targets)
         if self._optimizers is not None:
             current = {id(param) for _, param in self.module.named_parameters()}
@@ -83,7 +84,6 @@ class ModuleSlot:
                 group.update(built)
         return self._optimizers
 
-    @torch.no_grad()
     def load(self, personal: Mapping[str, Tensor], payload: Mapping[str, Tensor]) -> None:
         """Copy a client's personal tensors and the server's payload into the module.
 
@@ -94,9 +94,10 @@ class ModuleSlot:
         """
         if personal.keys() | payload.keys() != self.targets.keys():
             self.module.load_state_dict({**personal, **payload}, strict=True)  # raises, naming the names at fault
+        destinations = self._destinations
         for state in (personal, payload):  # a personalised payload (e.g. a mixed head) overrides personal tensors
             for name, value in state.items():
-                self.targets[name].copy_(value)
+                destinations[name].copy_(value)
 
 
 def _homes(module: EngineModule, targets: Mapping[str, Tensor]) -> list[tuple[dict[str, Any], str, Tensor]] | None:
