@@ -34,6 +34,7 @@ MEASURED: dict[str, tuple[str, ...]] = {
     "engine_overhead_profile": ("src/fedhet/plugins", "src/fedhet/datamodules", "src/fedhet/modules"),
     "describe_federations": ("src/fedhet/datamodules", "configs"),
     "collective_latency": ("src/fedhet/plugins/shared_memory.py",),
+    "stacked_cnn_step": ("src/fedhet/modules/fedpac_nets.py",),
 }
 """Library paths a script's results depend on, where narrower than ``src/fedhet`` (scripts not listed: all of it)."""
 DEFAULT_MEASURED = ("src/fedhet",)
