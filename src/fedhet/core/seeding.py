@@ -8,6 +8,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 
 import torch
+from torch import Tensor
 
 
 def derive_seed(seed: int, *keys: object) -> int:
@@ -45,17 +46,27 @@ def rng_preserved(devices: list[torch.device] | None = None) -> Iterator[None]:
     if _PRESERVED.get():
         yield
         return
-    cuda = [d for d in devices or [] if d.type == "cuda"]
-    cpu_state = torch.default_generator.get_state()
-    cuda_states = [torch.cuda.get_rng_state(d) for d in cuda]
+    states = generator_states(devices)
     token = _PRESERVED.set(True)
     try:
         yield
     finally:
         _PRESERVED.reset(token)
-        torch.default_generator.set_state(cpu_state)
-        for device, state in zip(cuda, cuda_states, strict=True):
-            torch.cuda.set_rng_state(state, device)
+        set_generator_states(states, devices)
+
+
+def generator_states(devices: list[torch.device] | None = None) -> list[Tensor]:
+    """The states of torch's CPU generator and of the given CUDA devices' generators, in that order (copies)."""
+    cuda = [d for d in devices or [] if d.type == "cuda"]
+    return [torch.default_generator.get_state(), *(torch.cuda.get_rng_state(d) for d in cuda)]
+
+
+def set_generator_states(states: list[Tensor], devices: list[torch.device] | None = None) -> None:
+    """Put back states that :func:`generator_states` took for the same ``devices``."""
+    cuda = [d for d in devices or [] if d.type == "cuda"]
+    torch.default_generator.set_state(states[0])
+    for device, state in zip(cuda, states[1:], strict=True):
+        torch.cuda.set_rng_state(state, device)
 
 
 @contextmanager

@@ -101,8 +101,8 @@ class FLIC(FederatedClassifier):
     loss is :meth:`masked_loss`, the terms of ``training_step`` over a presence mask of all :math:`C` classes with
     padding rows left out (a client trained alone evaluates its batch's classes only), and its anchor noise is drawn
     with the batch (:meth:`step_draws`): the numbers ``training_step`` draws, :math:`J` for each class of the batch,
-    placed in a ``(J, C, k)`` layout. ``anchor_update="paper"`` and ``anchor_stats="sampled"`` do not stack
-    (:meth:`stacking_refusal`).
+    placed in a ``(J, C, k)`` layout; ``anchor_update="paper"``'s step after training draws where the client's
+    training draws ended, as alone. ``anchor_stats="sampled"`` does not stack (:meth:`stacking_refusal`).
 
     Uploads: the shared parameters (``body.hidden.*`` for FLIC-HL, nothing for FLIC-Class) and the statistics
     ``flic/anchor_means`` :math:`(C, k)` (``flic/anchor_factors`` :math:`(C, k, k)` with learned covariances,
@@ -459,11 +459,6 @@ class FLIC(FederatedClassifier):
 
     def stacking_refusal(self) -> str | None:
         """The options whose maths a stack of clients cannot reproduce (see :mod:`fedhet.plugins.stacked`)."""
-        if self.uses_anchors and self.anchor_update == "paper":
-            return (
-                "anchor_update='paper' takes its anchor step, with anchor samples, after local training (the"
-                " stacked path runs that hook under a fresh seed, so its samples would differ)"
-            )
         if self.uses_anchors and self.anchor_stats == "sampled":
             return "anchor_stats='sampled' draws anchor samples inside the W2 term, per labelled row"
         return None

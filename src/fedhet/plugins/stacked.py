@@ -48,10 +48,13 @@ become trained leaves of their own. FLIC (Rakotomamonjy et al., TMLR 2024) stack
   ``training_step`` draws (:math:`J` for each class of the batch, after the forward pass, which in a stack draws
   nothing), placed in a ``(J, C, k)`` layout, so both take the same numbers from the same stream in the same order.
 
-FLIC's options whose maths a stack cannot reproduce are refused by its ``stacking_refusal()``: ``anchor_update=
-"paper"`` (its anchor step, with anchor samples, runs after training in ``on_train_end``, which the stacked path runs
-under a fresh seed) and ``anchor_stats="sampled"`` (anchor samples per labelled row inside the :math:`W_2^2` term),
-besides the layers that draw random numbers (dropout: the digits CNN's by default).
+* its **anchor step of the paper** (``anchor_update="paper"``: one gradient step of the anchors with anchor samples,
+  after training, in ``on_train_end``) draws where the client's training draws ended: the stacked path keeps each
+  client's generator states once its batches and their draws are taken, and puts them back for its ``on_train_end``.
+
+FLIC's option whose maths a stack cannot reproduce is refused by its ``stacking_refusal()``: ``anchor_stats=
+"sampled"`` (anchor samples per labelled row inside the :math:`W_2^2` term), besides the layers that draw random
+numbers (dropout: the digits CNN's by default).
 """
 
 from __future__ import annotations
@@ -82,7 +85,7 @@ from fedhet.core import (
     StackableModule,
     to_cpu,
 )
-from fedhet.core.seeding import seeded
+from fedhet.core.seeding import generator_states, rng_preserved, seeded, set_generator_states
 from fedhet.functional.stacking import masked_mean, stack_padded, stack_states, unstack_states
 from fedhet.plugins.context import ClientContext, ClientJob, LocalResult
 from fedhet.plugins.local_loop import (
@@ -459,6 +462,9 @@ class _Ready:
     """The metrics of the client's preparation phases (its logs, phase losses and steps), run before it joined."""
     optimizer: dict[str, Any] | None = None
     """The optimizer state the client kept from its last round (modules with ``keep_optimizer_state``)."""
+    generators: list[Tensor] | None = None
+    """torch's generator states once the client's batches and their draws were taken: where its ``on_train_end`` goes
+    on drawing, as on the sequential path (``None``: its hooks are not run)."""
 
 
 class StackedRunner(LocalRunner):
@@ -484,17 +490,19 @@ class StackedRunner(LocalRunner):
         module = job.slot.module
         phases = module.local_phases()
         names = _client_attributes(module)
-        with seeded(context.fit_seed(job.client_id, job.round_idx), [context.fabric.device]):
+        devices = [context.fabric.device]
+        with seeded(context.fit_seed(job.client_id, job.round_idx), devices):
             loader = context.client_data(job.client_id).train_dataloader()
             attributes, prepared = _prepare(context, job, loader, names) if names is not None else (None, {})
             batches = [list(_step_batches(context, module, loader, phase)) for phase in phases]
+            generators = generator_states(devices) if names is not None else None
         state = {name: tensor.detach().clone() for name, tensor in job.slot.tensors().items()}
         kept = context.store[job.client_id].optimizer if module.keep_optimizer_state else None
         if isinstance(kept, list):
             raise TypeError("a module that keeps the state of several optimizers cannot train in stacks")
         key = (context.signatures[job.client_id], tuple(phases), tuple(map(len, batches)), _scalar_state(kept))
         stack = self._stacks.setdefault(key, [])
-        stack.append(_Ready(job, state, phases, batches, loader, attributes, prepared, kept))
+        stack.append(_Ready(job, state, phases, batches, loader, attributes, prepared, kept, generators))
         if len(stack) == self.size:
             self._train(context, self._stacks.pop(key), uploads)
 
@@ -616,8 +624,9 @@ def _end(context: ClientContext, client: _Ready, attributes: Mapping[str, Any], 
 
     The result holds the module's tensors after ``on_train_end`` (which may change them, e.g. HyFEM's round count).
 
-    The statistics pass draws its batches under the client's seed, as training did (a pass of sums over all the
-    batches: their order changes only the order of the float additions).
+    ``on_train_end`` draws from where the client's training draws ended (its generators' states were kept when its
+    batches were taken), so it draws the numbers it draws on the sequential path: a statistics pass over its batches
+    in the same order, FLIC's anchor samples of ``anchor_update="paper"``.
     """
     job = client.job
     module = job.slot.module
@@ -625,8 +634,11 @@ def _end(context: ClientContext, client: _Ready, attributes: Mapping[str, Any], 
     for name, value in attributes.items():
         setattr(module, name, value)
     module.set_local_training(LocalTraining(client.loader))
+    devices = [context.fabric.device]
     try:
-        with seeded(context.fit_seed(job.client_id, job.round_idx), [context.fabric.device]):
+        with rng_preserved(devices):
+            if client.generators is not None:
+                set_generator_states(client.generators, devices)
             module.on_train_end()
         statistics = to_cpu(module.client_statistics())
     finally:
