@@ -101,8 +101,9 @@ class FLIC(FederatedClassifier):
     loss is :meth:`masked_loss`, the terms of ``training_step`` over a presence mask of all :math:`C` classes with
     padding rows left out (a client trained alone evaluates its batch's classes only), and its anchor noise is drawn
     with the batch (:meth:`step_draws`): the numbers ``training_step`` draws, :math:`J` for each class of the batch,
-    placed in a ``(J, C, k)`` layout; ``anchor_update="paper"``'s step after training draws where the client's
-    training draws ended, as alone. ``anchor_stats="sampled"`` does not stack (:meth:`stacking_refusal`).
+    placed in a ``(J, C, k)`` layout, as are the anchor samples of ``anchor_stats="sampled"`` (a ``(B, k)`` draw per
+    term that uses them); ``anchor_update="paper"``'s step after training draws where the client's training draws
+    ended, as alone.
 
     Uploads: the shared parameters (``body.hidden.*`` for FLIC-HL, nothing for FLIC-Class) and the statistics
     ``flic/anchor_means`` :math:`(C, k)` (``flic/anchor_factors`` :math:`(C, k, k)` with learned covariances,
@@ -347,16 +348,20 @@ class FLIC(FederatedClassifier):
         return self.head(self.hidden(z))
 
     # ---------------------------------------------------------------- the loss terms
-    def sample_anchors(self, labels: Tensor, means: Tensor, factors: Tensor | None) -> Tensor:
+    def sample_anchors(
+        self, labels: Tensor, means: Tensor, factors: Tensor | None, noise: Tensor | None = None
+    ) -> Tensor:
         r"""One draw :math:`v_c + L_c \xi` per label, shape ``(len(labels), k)``.
 
         Args:
             labels: classes, shape ``(n,)``.
             means: anchor means :math:`v`, shape ``(C, k)``.
             factors: :math:`L`, shape ``(C, k, k)``; ``None`` for ``anchor_variance`` times the identity.
+            noise: :math:`\xi`, shape ``(n, k)``; ``None`` to draw it here (one ``torch.randn``).
 
         """
-        noise = torch.randn(len(labels), self.latent_dim, device=means.device, dtype=means.dtype)
+        if noise is None:
+            noise = torch.randn(len(labels), self.latent_dim, device=means.device, dtype=means.dtype)
         chosen = None if factors is None else factors[labels]
         return gaussian_samples(means[labels], chosen, noise, math.sqrt(self.anchor_variance))
 
@@ -367,13 +372,16 @@ class FLIC(FederatedClassifier):
         means: Tensor | None = None,
         factors: Tensor | None = None,
         mask: Tensor | None = None,
+        noise: Tensor | None = None,
     ) -> Tensor:
         r""":math:`\sum_{c \in P(B)} W_2^2(\mu_c, \mathcal{N}(\hat m_c, \hat S_c))` for embeddings ``z`` ``(B, k)``.
 
         ``means`` (``(C, k)``) and ``factors`` (``(C, k, k)``, learned covariances only) replace the anchors' own,
         e.g. by a client's local copy that is being updated. Without ``mask`` every row is real and only the batch's
         classes are evaluated; ``mask`` (``(B,)``, the real rows of a padded batch, under ``torch.func.vmap``)
-        evaluates all :math:`C` classes over a presence mask (:func:`~fedhet.functional.evaluated_classes`).
+        evaluates all :math:`C` classes over a presence mask (:func:`~fedhet.functional.evaluated_classes`). With
+        ``anchor_stats="sampled"``, ``noise`` (``(B, k)``, drawn by :meth:`step_draws`) gives the anchor samples'
+        standard normal draws, one per row; ``None`` draws them here.
         """
         means = self.anchor_means if means is None else means
         factors = self.anchor_factors_or_none() if factors is None else factors
@@ -382,7 +390,7 @@ class FLIC(FederatedClassifier):
         counts, class_means, class_covs = class_moments(z, positions, len(classes), mask)
         present_counts = None if mask is None else counts  # a batch's own classes are all present
         if self.anchor_stats == "sampled":  # both Gaussians estimated from samples (the reference code)
-            draws = self.sample_anchors(y, means, factors)
+            draws = self.sample_anchors(y, means, factors, noise)
             _, anchor_means, anchor_covs = class_moments(draws, positions, len(classes), mask)
             anchor_factors = psd_sqrt(anchor_covs.detach())
             return present_w2_sq(anchor_means, anchor_factors, present_counts, class_means, class_covs)
@@ -438,39 +446,61 @@ class FLIC(FederatedClassifier):
         shape = (len(classes) * (self.anchor_samples or batch_size), self.latent_dim)
         return torch.randn(shape, device=classes.device, dtype=self.anchor_means.dtype)
 
-    def step_draws(self, batch: Sequence[Tensor], phase: str | None) -> tuple[Tensor, Tensor, Tensor]:
-        r"""The batch ``(x, y)`` with the anchor noise its step draws: ``(x, y, noise)``, ``noise`` ``(J, C, k)``.
+    def step_draws(self, batch: Sequence[Tensor], phase: str | None) -> tuple[Tensor, ...]:
+        r"""The batch ``(x, y)`` with the draws of its step: ``(x, y, noise, align_noise, objective_noise)``.
 
-        The noise is :meth:`anchor_noise`, or empty (``(0, C, k)``, nothing drawn) in a preparation phase or without
-        the :math:`\lambda_2` term. The stacked path draws it as it draws each batch; ``training_step`` draws the
-        same numbers from the global generator after the embedding's forward pass, where the stacked path refuses
-        embeddings that draw random numbers (dropout), so both take the same numbers.
+        In the order ``training_step`` draws them: with ``anchor_stats="sampled"``, the anchor samples' draws of the
+        alignment term (``(B, k)``, when the step has that term), then :meth:`anchor_noise` ``(J, C, k)`` (with the
+        :math:`\lambda_2` term), then the anchor samples' draws of the anchor copy's objective (``(B, k)``, when the
+        engine steps the copy). A term's draws are empty (nothing drawn) where the step has no such term or draws
+        nothing for it (closed-form statistics), and all are in a preparation phase. The stacked path draws them as it
+        draws each batch; ``training_step`` draws the same numbers from the global generator after the embedding's
+        forward pass, where the stacked path refuses embeddings that draw random numbers (dropout), so both take the
+        same numbers.
         """
         x, y = batch[0], batch[1]
-        if not self.lambda_anchor or phase in ALIGNMENT_PHASES:
-            shape = (0, self.spec.num_classes, self.latent_dim)
-            return x, y, torch.zeros(shape, device=y.device, dtype=self.anchor_means.dtype)
-        return x, y, self.anchor_noise(y)
+        dtype = self.anchor_means.dtype
+        none = torch.zeros(0, self.latent_dim, device=y.device, dtype=dtype)
+        noise = torch.zeros(0, self.spec.num_classes, self.latent_dim, device=y.device, dtype=dtype)
+        if phase in ALIGNMENT_PHASES:
+            return x, y, noise, none, none
+        sampled = self.anchor_stats == "sampled"
+        align = none
+        if sampled and self.lambda_align and phase != "representation":
+            align = torch.randn(len(y), self.latent_dim, device=y.device, dtype=dtype)
+        if self.lambda_anchor:
+            noise = self.anchor_noise(y)
+        objective = none
+        if sampled and self._anchor_optimizer is None and self._local_means is not None:
+            objective = torch.randn(len(y), self.latent_dim, device=y.device, dtype=dtype)
+        return x, y, noise, align, objective
 
     def masked_loss(self, batch: Sequence[Tensor], mask: Tensor) -> Tensor:
         """The loss of ``training_step`` on a batch completed by :meth:`step_draws`, over its rows where ``mask``."""
-        x, y, noise = batch
-        return self._terms(x, y, noise, mask).loss
+        x, y, noise, align_noise, objective_noise = batch
+        return self._terms(x, y, noise, mask, (align_noise, objective_noise)).loss
 
     def stacking_refusal(self) -> str | None:
-        """The options whose maths a stack of clients cannot reproduce (see :mod:`fedhet.plugins.stacked`)."""
-        if self.uses_anchors and self.anchor_stats == "sampled":
-            return "anchor_stats='sampled' draws anchor samples inside the W2 term, per labelled row"
+        """None: FLIC stacks with every option (the stacked path itself refuses layers that draw, e.g. dropout)."""
         return None
 
-    def _terms(self, x: Tensor, y: Tensor, noise: Tensor | None, mask: Tensor | None) -> _Terms:
+    def _terms(
+        self,
+        x: Tensor,
+        y: Tensor,
+        noise: Tensor | None,
+        mask: Tensor | None,
+        sample_noise: tuple[Tensor | None, Tensor | None] = (None, None),
+    ) -> _Terms:
         r"""The step's loss on the batch ``(x, y)``, or on its real rows ``mask`` (padded, in stacks, under ``vmap``).
 
         Without ``mask`` (every row real: ``training_step``) the anchor terms evaluate the batch's classes only, and
         ``noise`` is ``None``: :meth:`anchor_classification_loss` draws it after the forward pass. In a preparation
         phase the loss is :meth:`alignment_loss` alone. When the engine steps the anchor copy, its objective
         (:meth:`anchor_objective`) joins the loss as ``a - a.detach()``: its gradient reaches the copy only, and the
-        loss's value (the one reported) stays the model's.
+        loss's value (the one reported) stays the model's. ``sample_noise``: the anchor samples' draws of the
+        alignment term and of the anchor copy's objective (``anchor_stats="sampled"``, :meth:`step_draws`); ``None``
+        draws them here.
         """
         z = self.embedding(x)
         if self._phase in ALIGNMENT_PHASES:
@@ -483,12 +513,12 @@ class FLIC(FederatedClassifier):
             loss = masked_mean(F.cross_entropy(logits, y, reduction="none"), mask)
         align: Tensor | None = None
         if self.lambda_align and self._phase != "representation":
-            align = self.alignment_loss(z, y, mask=mask)
+            align = self.alignment_loss(z, y, mask=mask, noise=sample_noise[0])
             loss = loss + self.lambda_align * align
         if self.lambda_anchor:
             loss = loss + self.lambda_anchor * self.anchor_classification_loss(y, noise, mask)
         if self._anchor_optimizer is None and self._local_means is not None:  # the engine steps the copy
-            anchor = self.anchor_objective(z.detach(), y, self._local_means, self._local_factors, mask)
+            anchor = self.anchor_objective(z.detach(), y, self._local_means, self._local_factors, mask, sample_noise[1])
             loss = loss + (anchor - anchor.detach())
         return _Terms(loss, align, z)
 
@@ -642,7 +672,13 @@ class FLIC(FederatedClassifier):
 
     # ---------------------------------------------------------------- anchor update and uploads
     def anchor_objective(
-        self, z: Tensor, y: Tensor, means: Tensor, factors: Tensor | None, mask: Tensor | None = None
+        self,
+        z: Tensor,
+        y: Tensor,
+        means: Tensor,
+        factors: Tensor | None,
+        mask: Tensor | None = None,
+        noise: Tensor | None = None,
     ) -> Tensor:
         r"""The reference code's anchor loss: CE of the classifier on the C means plus :math:`W_2^2` to the batch.
 
@@ -654,13 +690,14 @@ class FLIC(FederatedClassifier):
             means: the local anchor means ``(C, k)``.
             factors: the local anchor factors ``(C, k, k)``, or ``None`` for fixed covariances.
             mask: the batch's real rows ``(B,)``; all by default.
+            noise: the anchor samples' draws ``(B, k)`` with ``anchor_stats="sampled"``; ``None`` draws them here.
 
         """
         hidden = {name: p.detach() for name, p in self.hidden.named_parameters()}
         head = {name: p.detach() for name, p in self.head.named_parameters()}
         logits = functional_call(self.head, head, (functional_call(self.hidden, hidden, (means,)),))
         targets = torch.arange(len(means), device=means.device)
-        return F.cross_entropy(logits, targets) + self.alignment_loss(z, y, means, factors, mask)
+        return F.cross_entropy(logits, targets) + self.alignment_loss(z, y, means, factors, mask, noise)
 
     def _code_anchor_step(self, z: Tensor, y: Tensor) -> None:
         """The reference code's per-batch anchor step (:meth:`anchor_objective`), taken by the module itself.

@@ -52,9 +52,10 @@ become trained leaves of their own. FLIC (Rakotomamonjy et al., TMLR 2024) stack
   after training, in ``on_train_end``) draws where the client's training draws ended: the stacked path keeps each
   client's generator states once its batches and their draws are taken, and puts them back for its ``on_train_end``.
 
-FLIC's option whose maths a stack cannot reproduce is refused by its ``stacking_refusal()``: ``anchor_stats=
-"sampled"`` (anchor samples per labelled row inside the :math:`W_2^2` term), besides the layers that draw random
-numbers (dropout: the digits CNN's by default).
+* its **sampled anchor statistics** (``anchor_stats="sampled"``: anchor samples, one per labelled row, inside the
+  :math:`W_2^2` terms) are drawn with the batch too, a ``(B, k)`` draw per term, zero-padded with the batch.
+
+A FLIC with a layer that draws random numbers (dropout: the digits CNN's by default) is refused, as any such module.
 """
 
 from __future__ import annotations
