@@ -288,14 +288,7 @@ def run_reference(
             optimizer.state.clear()  # no-op for plain SGD; a new client's momenta otherwise
             n = len(y)
             for _ in range(workload.local_epochs):
-                order = torch.randperm(n)
-                for begin in range(0, n, batch_size):
-                    index = order[begin : begin + batch_size]
-                    loss = F.cross_entropy(model(x.index_select(0, index)), y.index_select(0, index))
-                    optimizer.zero_grad(set_to_none=True)
-                    loss.backward()
-                    optimizer.step()
-                    steps += 1
+                steps += train_epoch(model, optimizer, x, y, batch_size)
             with torch.no_grad():
                 for acc, param in zip(sums, params, strict=True):
                     acc.add_(param, alpha=n)
@@ -305,6 +298,22 @@ def run_reference(
         run.wall_s.append(time.perf_counter() - start)
         run.steps = steps
     return run
+
+
+def train_epoch(model: nn.Module, optimizer: torch.optim.Optimizer, x: Tensor, y: Tensor, batch_size: int) -> int:
+    """One epoch of shuffled minibatches of ``(x, y)``; the number of steps, ``ceil(len(y) / batch_size)``.
+
+    One ``randperm``, then for each batch two ``index_select``, a forward, a cross-entropy, a backward and a step.
+    """
+    n = len(y)
+    order = torch.randperm(n)
+    for begin in range(0, n, batch_size):
+        index = order[begin : begin + batch_size]
+        loss = F.cross_entropy(model(x.index_select(0, index)), y.index_select(0, index))
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+    return -(-n // batch_size)
 
 
 def _per_sample_losses(model: nn.Module, params: dict[str, Tensor], x: Tensor, y: Tensor) -> Tensor:

@@ -56,7 +56,6 @@ from collections.abc import Callable, Iterator
 from unittest.mock import patch
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 import fedhet.plugins.aggregators as aggregators
@@ -72,6 +71,7 @@ from engine_overhead import (
     reference_optimizer,
     run_fedhet,
     run_reference,
+    train_epoch,
 )
 from fedhet.core import derive_seed, rng_preserved
 from fedhet.modules.baselines import FedAvg
@@ -132,15 +132,8 @@ def run_guarded_reference(clients: list[tuple[Tensor, Tensor]], rounds: int, see
                     for param, value in zip(params, global_state, strict=True):
                         param.copy_(value)
                 torch.default_generator.manual_seed(derive_seed(seed, "fit", round_idx, index))
+                steps += train_epoch(model, optimizer, x, y, batch_size)
                 n = len(y)
-                order = torch.randperm(n)
-                for begin in range(0, n, batch_size):
-                    index_ = order[begin : begin + batch_size]
-                    loss = F.cross_entropy(model(x.index_select(0, index_)), y.index_select(0, index_))
-                    optimizer.zero_grad(set_to_none=True)
-                    loss.backward()
-                    optimizer.step()
-                    steps += 1
                 with torch.no_grad():
                     if not all(math.isfinite(param.sum().item()) for param in params):
                         continue
