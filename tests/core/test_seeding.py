@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from fedhet.core import derive_seed, rng_preserved, seeded
+from fedhet.core.seeding import generator_states, set_generator_states
 
 
 def test_seeded_draws_depend_on_the_seed_only_and_restore_the_generator():
@@ -57,3 +58,13 @@ def test_derive_seed_is_63_bit_and_key_dependent():
     seeds = {derive_seed(0, "fit", r, c) for r in range(3) for c in ("a", "b")}
     assert len(seeds) == 6
     assert all(0 <= s < 2**63 for s in seeds)
+
+
+def test_generator_states_put_back_continue_the_stream_where_it_was_taken():
+    torch.manual_seed(21)
+    torch.rand(3)
+    states = generator_states([torch.device("cpu")])
+    expected = torch.rand(5)
+    torch.manual_seed(99)
+    set_generator_states(states, [torch.device("cpu")])
+    assert torch.equal(torch.rand(5), expected)
