@@ -17,7 +17,7 @@ pytestmark = pytest.mark.skipif(not shared_memory.shared_memory_available(), rea
 def pair() -> tuple[SharedSegments, SharedSegments]:
     """A writer (rank 0) and a reader (rank 1) of one run, in this process."""
     token = secrets.token_hex(6)
-    return SharedSegments(token, 0), SharedSegments(token, 1)
+    return SharedSegments(token, 0, world_size=2), SharedSegments(token, 1, world_size=2)
 
 
 def files(token: str) -> set[str]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from contextvars import ContextVar
 
 import torch
@@ -77,18 +77,10 @@ def seeded(seed: int, devices: list[torch.device] | None = None) -> Iterator[Non
     runs once per client and round. Inside :func:`rng_preserved` (the engine's rounds), the generators are restored
     when that block ends rather than after this one.
     """
-    if _PRESERVED.get():
-        _seed(seed, devices)
+    with nullcontext() if _PRESERVED.get() else rng_preserved(devices):
+        torch.default_generator.manual_seed(seed)
+        for device in devices or []:
+            if device.type == "cuda":
+                with torch.cuda.device(device):
+                    torch.cuda.manual_seed(seed)
         yield
-        return
-    with rng_preserved(devices):
-        _seed(seed, devices)
-        yield
-
-
-def _seed(seed: int, devices: list[torch.device] | None) -> None:
-    torch.default_generator.manual_seed(seed)
-    for device in devices or []:
-        if device.type == "cuda":
-            with torch.cuda.device(device):
-                torch.cuda.manual_seed(seed)

@@ -471,7 +471,7 @@ class FLIC(FederatedClassifier):
         if self.lambda_anchor:
             noise = self.anchor_noise(y)
         objective = none
-        if sampled and self._anchor_optimizer is None and self._local_means is not None:
+        if sampled and self._engine_copy is not None:
             objective = torch.randn(len(y), self.latent_dim, device=y.device, dtype=dtype)
         return x, y, noise, align, objective
 
@@ -517,8 +517,9 @@ class FLIC(FederatedClassifier):
             loss = loss + self.lambda_align * align
         if self.lambda_anchor:
             loss = loss + self.lambda_anchor * self.anchor_classification_loss(y, noise, mask)
-        if self._anchor_optimizer is None and self._local_means is not None:  # the engine steps the copy
-            anchor = self.anchor_objective(z.detach(), y, self._local_means, self._local_factors, mask, sample_noise[1])
+        copy = self._engine_copy
+        if copy is not None:
+            anchor = self.anchor_objective(z.detach(), y, copy, self._local_factors, mask, sample_noise[1])
             loss = loss + (anchor - anchor.detach())
         return _Terms(loss, align, z)
 
@@ -595,6 +596,15 @@ class FLIC(FederatedClassifier):
         if self.code_anchor_update:
             optimizers.append(self._anchor_copy_optimizer())
         return optimizers
+
+    @property
+    def _engine_copy(self) -> Tensor | None:
+        """The anchor copy's means when the engine steps the copy (optimizer 2) in this local training, else ``None``.
+
+        Then the copy's objective joins the step's loss (:meth:`_terms`); without the engine the module steps the
+        copy itself (``training_step``).
+        """
+        return self._local_means if self._anchor_optimizer is None else None
 
     @property
     def code_anchor_update(self) -> bool:

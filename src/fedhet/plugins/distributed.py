@@ -4,9 +4,9 @@ Gathering is a tensor collective, not a pickle of tensors: :func:`pack_object` p
 plain dense tensor replaced by a reference into one flat byte buffer that holds the tensors' bytes back to back; the
 processes of one CPU machine write their buffers into shared memory and tell each other only the buffers' lengths
 (through a shared-memory control block on x86-64, else an ``all_gather``), others exchange the buffers too (a
-``broadcast`` from each process); :func:`unpack_object` rebuilds
-each other process's object, copying each tensor out of its buffer. Gathering every client's upload thus costs two
-memory copies of the uploads (plus the transfer between machines), instead of pickling them.
+``broadcast`` from each process); :func:`unpack_object` rebuilds each other process's object, copying each tensor out
+of its buffer. Gathering every client's upload thus costs two memory copies of the uploads (plus the transfer between
+machines), instead of pickling them.
 """
 
 from __future__ import annotations

@@ -110,7 +110,7 @@ class SharedSegments:
 
     """
 
-    def __init__(self, token: str, rank: int, world_size: int = 2, control: bool = False) -> None:
+    def __init__(self, token: str, rank: int, world_size: int, control: bool = False) -> None:
         self.token = token
         self.rank = rank
         self.world_size = world_size
