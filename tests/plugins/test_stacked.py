@@ -257,15 +257,41 @@ def test_stacked_global_layers_equals_sequential(tmp_path, monkeypatch, batches_
     def make():
         return GlobalLayers(lr=1e-2, batches_per_epoch=batches_per_epoch, aggregate_every="epoch", **GL_TINY)
 
-    sequential = fit(tmp_path / "seq", make())
-    spy = StackSpy(monkeypatch)
-    stacked = fit(tmp_path / "stack", make(), stack_clients=8)
-    # AdamW divides by the root of tiny second moments: summation-order differences of 1e-7 grow to ~1e-6 here (a
-    # wrong batch or state moves a parameter by about the learning rate, 1e-2)
-    assert_same_federation(sequential, stacked, rtol=1e-4, atol=1e-5)
-    assert_same_optimizer_states(sequential, stacked, rtol=1e-4, atol=1e-5)
+    # in float64: AdamW divides by the root of tiny second moments, so in float32 the two paths' different summation
+    # orders grow to ~2e-5 here, as large as a small error would be (a wrong batch or state moves a parameter by
+    # about the learning rate, 1e-2); in float64 they agree to rounding
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        sequential = fit(tmp_path / "seq", make())
+        spy = StackSpy(monkeypatch)
+        stacked = fit(tmp_path / "stack", make(), stack_clients=8)
+    finally:
+        torch.set_default_dtype(default)
+    assert_same_federation(sequential, stacked, rtol=1e-10, atol=1e-12)
+    assert_same_optimizer_states(sequential, stacked, rtol=1e-10, atol=1e-12)
     assert sum(spy.sizes) == len(SIZES) * ROUNDS
     assert max(spy.sizes) > 1
+
+
+def test_linear_weights_are_stacked_in_the_layout_their_gradient_arrives_in():
+    """A linear weight's stacked leaf holds every client's matrix, stored by columns: under ``vmap`` autograd gives
+    its gradient in that layout, so a backward never copies it into another one (the premise is checked too)."""
+    model = FedAvg(hidden_dims=[6], lr=0.1)
+    model.setup_client(make_client("a", 20, 0).spec)
+    model.configure_model()
+    states = [{name: value + k for name, value in model.state_dict().items()} for k in range(3)]
+    leaves = stacked_plugin._stacked_leaves(model, states)
+    for name, leaf in leaves.items():
+        torch.testing.assert_close(leaf, torch.stack([state[name] for state in states]), rtol=0, atol=0)
+    weight = leaves["head.weight"]  # (K, classes, 6)
+    assert weight.mT.is_contiguous() and not weight.is_contiguous()
+    assert leaves["head.bias"].is_contiguous()
+    leaf = weight.detach().requires_grad_()
+    features = torch.randn(3, 5, weight.shape[-1])
+    (grad,) = torch.autograd.grad(torch.vmap(torch.nn.functional.linear)(features, leaf).square().sum(), leaf)
+    assert grad.stride() == leaf.stride()
+    torch.testing.assert_close(grad, 2 * torch.einsum("kbo,kbi->koi", features @ leaf.mT, features))
 
 
 class OwnStep(FedAvg):

@@ -313,7 +313,7 @@ def train_stack(
     refusal = _layer_refusal(module)
     if refusal is not None:
         raise ValueError(f"{type(module).__name__} cannot train in a stack: {refusal}")
-    leaves = stack_states(states)
+    leaves = _stacked_leaves(module, states)
     attributes = tuple(inputs[0]) if inputs else ()
     with local_training(module, (), phases) as (_, built):  # built as the sequential path builds them
         pass
@@ -354,7 +354,9 @@ def train_stack(
                 losses.append(loss.detach())
     finally:
         module.set_local_phase(None)
-    result = unstack_states({name: leaf.detach() for name, leaf in leaves.items() if name not in attributes})
+    result = unstack_states(
+        {name: leaf.detach().contiguous() for name, leaf in leaves.items() if name not in attributes}
+    )
     trained_inputs = unstack_states({name: leaves[name].detach() for name in trained}) if trained else []
     kept = None
     if optimizer_states is not None:
@@ -365,6 +367,24 @@ def train_stack(
         kept,
         trained_inputs or [{} for _ in states],
     )
+
+
+def _stacked_leaves(module: nn.Module | EngineModule, states: Sequence[Mapping[str, Tensor]]) -> dict[str, Tensor]:
+    """The clients' ``states`` stacked (:func:`~fedhet.functional.stack_states`), linear weights stored by columns.
+
+    Under ``vmap`` a linear layer is a batched product with the transposed weights, and autograd gives the weights'
+    gradient as the transpose of a contiguous ``(K, in, out)`` product. A leaf stored the same way (each client's
+    ``(out, in)`` matrix by columns) takes that gradient as it is; a row-major leaf would have it copied into its own
+    layout at every backward (for a 784 x 128 layer and 20 clients, an 8 MB transposing copy per step: a quarter of
+    the step on a CPU). Element-wise optimizers and the per-client results do not depend on the layout.
+    """
+    linear = {
+        f"{prefix}.weight" if prefix else "weight"
+        for prefix, layer in module.named_modules()
+        if isinstance(layer, nn.Linear)
+    }
+    leaves = stack_states([{name: t.mT if name in linear else t for name, t in state.items()} for state in states])
+    return {name: leaf.mT if name in linear else leaf for name, leaf in leaves.items()}
 
 
 def _optimizer_names(optimizer: Optimizer, module: nn.Module | EngineModule) -> list[str]:
@@ -411,7 +431,7 @@ def _stacked_entry(key: str, values: Sequence[Any], leaf: Tensor) -> Any:
     """Per-element state (a tensor of the parameter's shape) stacked on the client axis; a scalar shared."""
     first = values[0]
     if _per_element(key, first, leaf.shape[1:]):
-        return torch.stack([value.to(leaf.device) for value in values])
+        return torch.empty_like(leaf).copy_(torch.stack([value.to(leaf.device) for value in values]))  # leaf's layout
     if any(not _equal(value, first) for value in values):
         raise ValueError("the clients of a stack must agree on their optimizer state's scalars (e.g. step counts)")
     return first.clone().to(leaf.device) if isinstance(first, Tensor) else first
@@ -443,7 +463,7 @@ def _unstacked_states(
 def _client_entry(key: str, value: Any, leaf: Tensor, k: int) -> Any:
     """Client ``k``'s part of one stacked optimizer state entry (a copy)."""
     if _per_element(key, value, leaf.shape):
-        return value[k].clone()
+        return value[k].clone(memory_format=torch.contiguous_format)
     return value.clone() if isinstance(value, Tensor) else value
 
 
