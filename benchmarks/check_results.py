@@ -35,6 +35,7 @@ MEASURED: dict[str, tuple[str, ...]] = {
     "describe_federations": ("src/fedhet/datamodules", "configs"),
     "collective_latency": ("src/fedhet/plugins/shared_memory.py",),
     "stacked_cnn_step": ("src/fedhet/modules/fedpac_nets.py",),
+    "stacked_methods": ("src/fedhet", "benchmarks/fedpac_reproduce.py"),  # --fedpac-scale: that script's recipes
 }
 """Library paths a script's results depend on, where narrower than ``src/fedhet`` (scripts not listed: all of it)."""
 DEFAULT_MEASURED = ("src/fedhet",)

@@ -285,7 +285,8 @@ def test_linear_weights_are_stacked_in_the_layout_their_gradient_arrives_in():
     for name, leaf in leaves.items():
         torch.testing.assert_close(leaf, torch.stack([state[name] for state in states]), rtol=0, atol=0)
     weight = leaves["head.weight"]  # (K, classes, 6)
-    assert weight.mT.is_contiguous() and not weight.is_contiguous()
+    assert weight.mT.is_contiguous()
+    assert not weight.is_contiguous()
     assert leaves["head.bias"].is_contiguous()
     leaf = weight.detach().requires_grad_()
     features = torch.randn(3, 5, weight.shape[-1])
