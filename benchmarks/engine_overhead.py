@@ -66,6 +66,12 @@ How time is measured:
     (``time.process_time``, which other processes on the machine do not inflate) are given as a cross-check. Absolute
     times depend on the machine; the ratio is the number to track (target <= 1.10x).
     ``torch.set_num_threads(--threads)`` (default 1) keeps the numbers stable. Nothing is asserted.
+
+    Both sides run under the same C allocator settings, set before either runs: by default glibc keeps freed memory
+    in the heap (fedhet's ``retain_cpu_heap``, :mod:`fedhet.plugins.heap`); ``--system-malloc`` leaves glibc's own
+    thresholds for both (and ``retain_cpu_heap=False``). With glibc's own, the CNN workload's steps fault pages in
+    again after every trim of the heap (500-1,400 faults per step) and the two sides' times depend on each one's
+    allocation history more than on their work; the results footer says which setting ran.
     ``engine_overhead_profile.py`` breaks fedhet's time down by call.
 
 Usage:
@@ -77,7 +83,8 @@ Usage:
         python benchmarks/engine_overhead.py --stack 0            # without the stacked column
         python benchmarks/engine_overhead.py --workload cnn --clients 10 20 --rounds 4   # the realistic workload
 
-    Results go to ``benchmarks/results/engine_overhead.csv`` and ``.md`` (``engine_overhead_cnn.*`` for ``cnn``).
+    Results go to ``benchmarks/results/engine_overhead.csv`` and ``.md`` (``engine_overhead_cnn.*`` for ``cnn``;
+    ``_system_malloc`` appended with ``--system-malloc``).
     To profile one side only, e.g. with py-spy::
 
         py-spy record -o fedhet.svg -- python benchmarks/engine_overhead.py --clients 1000 --only fedhet --no-save
@@ -103,6 +110,7 @@ from torch import Tensor, nn
 from torch.func import functional_call, vmap
 
 from _common import RESULTS_DIR, environment
+from fedhet.plugins.heap import retain_freed_memory
 
 NUM_CLASSES = 10
 
@@ -404,10 +412,17 @@ def make_trainer(
     callbacks: list | None = None,
     stack_clients: int | None = None,
     workload: Workload = WORKLOADS["tiny"],
+    retain_heap: bool = True,
 ):
     from _common import quiet_trainer
 
-    return quiet_trainer(rounds, callbacks=callbacks, stack_clients=stack_clients, local_epochs=workload.local_epochs)
+    return quiet_trainer(
+        rounds,
+        callbacks=callbacks,
+        stack_clients=stack_clients,
+        local_epochs=workload.local_epochs,
+        retain_cpu_heap=retain_heap,
+    )
 
 
 def make_model(workload: Workload = WORKLOADS["tiny"]):
@@ -441,11 +456,15 @@ class _RoundClock:
 
 
 def run_fedhet(
-    federation, rounds: int, stack_clients: int | None = None, workload: Workload = WORKLOADS["tiny"]
+    federation,
+    rounds: int,
+    stack_clients: int | None = None,
+    workload: Workload = WORKLOADS["tiny"],
+    retain_heap: bool = True,
 ) -> Run:
     """One ``fit``: wall seconds per round from the engine's history, CPU seconds from a callback."""
     clock = _RoundClock()
-    trainer = make_trainer(rounds, callbacks=[clock], stack_clients=stack_clients, workload=workload)
+    trainer = make_trainer(rounds, [clock], stack_clients, workload, retain_heap)
     model = make_model(workload)
     start = time.perf_counter()
     trainer.fit(model, federation)
@@ -532,13 +551,32 @@ class Result:
         }
 
 
+def heap_setting(retain: bool) -> str:
+    """Put both sides under the same allocator settings from the start; what the results footer says of them.
+
+    fedhet keeps freed memory in the heap on CPU runs (``retain_cpu_heap``, its default): applied here before either
+    side runs, so that the reference runs under it too; ``retain=False`` leaves glibc's own thresholds for both.
+    """
+    if not retain:
+        return "glibc's own thresholds for both sides (--system-malloc; fedhet retain_cpu_heap=False)"
+    applied = retain_freed_memory()
+    return "heap retained for both sides (fedhet's default retain_cpu_heap)" + ("" if applied else ": not glibc, no-op")
+
+
 def default_rounds(num_clients: int) -> int:
     """Enough steady-state rounds to average over, within a few minutes for the default client counts."""
     return max(4 if num_clients > 1000 else 5, min(30, 1500 // num_clients))
 
 
 def measure(
-    num_clients: int, rounds: int, repeats: int, only: str | None, seed: int, stack: int, workload: Workload
+    num_clients: int,
+    rounds: int,
+    repeats: int,
+    only: str | None,
+    seed: int,
+    stack: int,
+    workload: Workload,
+    retain_heap: bool = True,
 ) -> Result:
     """Interleaved runs of every side (or of ``only`` one) on one federation; the order rotates between repeats."""
     federation, clients = make_federation(make_client_tensors(num_clients, seed, workload), workload)
@@ -556,7 +594,7 @@ def measure(
                 result.vmap_reference.append(run_vmap_reference(clients, rounds, repeat, stack, workload))
             else:
                 stack_clients = stack if side == "stacked" else None
-                getattr(result, side).append(run_fedhet(federation, rounds, stack_clients, workload))
+                getattr(result, side).append(run_fedhet(federation, rounds, stack_clients, workload, retain_heap))
         steps = {run.steps for side in sides for run in getattr(result, side)}
         if len(steps) > 1:
             raise RuntimeError(f"{num_clients} clients: the sides took different numbers of steps: {steps}")
@@ -618,14 +656,17 @@ def display(row: dict[str, float | int | str]) -> dict[str, str]:
     return cells
 
 
-def results_name(workload: Workload) -> str:
-    """The results files' name: ``engine_overhead`` for the tiny workload, ``engine_overhead_<name>`` otherwise."""
-    return "engine_overhead" if workload.name == "tiny" else f"engine_overhead_{workload.name}"
+def results_name(workload: Workload, system_malloc: bool = False) -> str:
+    """The results files' name: ``engine_overhead`` for the tiny workload, ``engine_overhead_<name>`` otherwise.
+
+    ``_system_malloc`` is appended for a run under glibc's own allocator thresholds.
+    """
+    name = "engine_overhead" if workload.name == "tiny" else f"engine_overhead_{workload.name}"
+    return name + ("_system_malloc" if system_malloc else "")
 
 
-def write_results(rows: list[dict], env: dict[str, str], out_dir: Path, workload: Workload) -> None:
+def write_results(rows: list[dict], env: dict[str, str], out_dir: Path, workload: Workload, name: str) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
-    name = results_name(workload)
     with (out_dir / f"{name}.csv").open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
@@ -685,6 +726,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=None,
         help="run one side (for profiling)",
     )
+    parser.add_argument(
+        "--system-malloc",
+        action="store_true",
+        help="leave glibc's malloc thresholds as they are for both sides (fedhet: retain_cpu_heap=False)",
+    )
     parser.add_argument("--no-save", action="store_true", help="do not write benchmarks/results/")
     parser.add_argument("--output-dir", type=Path, default=RESULTS_DIR)
     args = parser.parse_args(argv)
@@ -709,11 +755,13 @@ def main(argv: list[str] | None = None) -> None:
     logging.getLogger("lightning").setLevel(logging.WARNING)
     warnings.filterwarnings("ignore", module="lightning")
     workload = WORKLOADS[args.workload]
+    retain_heap = not args.system_malloc
+    malloc = heap_setting(retain_heap)
     # Warm-up, untimed: imports, lazy initialisation and first-call costs of both sides.
     federation, clients = make_federation(make_client_tensors(8 if args.stack else 2, args.seed, workload), workload)
-    run_fedhet(federation, 3, workload=workload)
+    run_fedhet(federation, 3, workload=workload, retain_heap=retain_heap)
     if args.stack:
-        run_fedhet(federation, 3, args.stack, workload)
+        run_fedhet(federation, 3, args.stack, workload, retain_heap)
         run_vmap_reference(clients, 3, args.seed, args.stack, workload)
     run_reference(clients, 3, args.seed, workload=workload)
 
@@ -721,15 +769,16 @@ def main(argv: list[str] | None = None) -> None:
     for num_clients in args.clients:
         rounds = args.rounds or default_rounds(num_clients)
         print(f"{num_clients} clients, {rounds} rounds, {args.repeats} repeats", flush=True)
-        result = measure(num_clients, rounds, args.repeats, args.only, args.seed, args.stack, workload)
+        result = measure(num_clients, rounds, args.repeats, args.only, args.seed, args.stack, workload, retain_heap)
         if args.only is None:
             rows.append(result.row())
     if not rows:
         return
     print_table(rows)
     if not args.no_save:
-        write_results(rows, environment(args.seed), args.output_dir, workload)
-        print(f"wrote {args.output_dir / results_name(workload)}.csv and .md")
+        name = results_name(workload, args.system_malloc)
+        write_results(rows, {**environment(args.seed), "malloc": malloc}, args.output_dir, workload, name)
+        print(f"wrote {args.output_dir / name}.csv and .md")
 
 
 if __name__ == "__main__":

@@ -66,6 +66,7 @@ from engine_overhead import (
     WORKLOADS,
     ReferenceNet,
     Run,
+    heap_setting,
     make_client_tensors,
     make_federation,
     reference_optimizer,
@@ -167,6 +168,7 @@ def main(argv: list[str] | None = None) -> None:
     logging.getLogger("lightning").setLevel(logging.WARNING)
     warnings.filterwarnings("ignore", module="lightning")
 
+    malloc = heap_setting(True)  # fedhet's default allocator setting, for every variant and reference alike
     federation, clients = make_federation(make_client_tensors(args.clients, args.seed))
     run_fedhet(federation, 3)  # warm-up, untimed
     run_reference(clients, 3, args.seed)
@@ -212,7 +214,7 @@ def main(argv: list[str] | None = None) -> None:
             "",
             f"- command: `{command}`",
         ]
-        env = environment(args.seed)
+        env = {**environment(args.seed), "malloc": malloc}
         print(write_table("engine_overhead_ablation", "Engine overhead by ablation", rows, COLUMNS, notes, env))
 
 

@@ -38,7 +38,15 @@ import torch.nn.functional as F
 from torch import nn
 
 from _common import environment
-from engine_overhead import RESULTS_DIR, make_client_tensors, make_federation, make_model, make_trainer, run_reference
+from engine_overhead import (
+    RESULTS_DIR,
+    heap_setting,
+    make_client_tensors,
+    make_federation,
+    make_model,
+    make_trainer,
+    run_reference,
+)
 
 
 class Timers:
@@ -428,6 +436,7 @@ def main() -> None:
         parser.error("--rounds must be at least 3")
     torch.set_num_threads(args.threads)
     TIMERS.clock = time.thread_time if args.clock == "cpu" else time.perf_counter
+    malloc = heap_setting(True)  # fedhet's default allocator setting, for both sides alike
     federation, clients = make_federation(make_client_tensors(args.clients, args.seed))
     make_trainer(3).fit(make_model(), make_federation(make_client_tensors(8, args.seed))[0])  # warm-up
     TIMERS.cost = timer_cost()
@@ -450,7 +459,7 @@ def main() -> None:
         "",
         *report(median_profile(fedhet), median_profile(reference), client_rounds),
         "",
-        *(f"- {key}: `{value}`" for key, value in environment(args.seed).items()),
+        *(f"- {key}: `{value}`" for key, value in {**environment(args.seed), "malloc": malloc}.items()),
         "",
     ]
     print("\n".join(lines))

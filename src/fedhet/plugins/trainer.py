@@ -35,6 +35,7 @@ from fedhet.plugins.distributed import (
 )
 from fedhet.plugins.export import export_clients, save_lightning_checkpoint
 from fedhet.plugins.fingerprint import fingerprint_differences
+from fedhet.plugins.heap import retain_freed_memory
 from fedhet.plugins.hooks import CallbackHooks
 from fedhet.plugins.launcher import StartMethod, use_start_method
 from fedhet.plugins.policies import FailureBudget, PlainUpdate, PrivateUpdate, ServerUpdate, upload_checks
@@ -129,6 +130,11 @@ class FederatedTrainer:
             at a time.
         keep_client_state: leave the spilled client states on disk after the run (for inspection); the checkpoint
             holds every state either way.
+        retain_cpu_heap: on a CPU run with glibc, keep freed memory in each process's heap for reuse
+            (:func:`~fedhet.plugins.heap.retain_freed_memory`, process-wide, from the start of ``fit``): a step's
+            large tensors then reuse pages instead of faulting in new ones (15-40% of a CNN round's time on a CPU).
+            The process keeps up to 128 MiB of freed memory it would have returned. ``False`` leaves ``malloc`` as
+            it is.
 
     """
 
@@ -160,6 +166,7 @@ class FederatedTrainer:
         privacy: UploadPrivacy | None = None,
         stack_clients: int | None = None,
         keep_client_state: bool = False,
+        retain_cpu_heap: bool = True,
     ) -> None:
         check_trainer_arguments(
             rounds,
@@ -195,6 +202,7 @@ class FederatedTrainer:
         self.privacy = privacy
         self.stack_clients = stack_clients
         self.keep_client_state = keep_client_state
+        self.retain_cpu_heap = retain_cpu_heap
         self.start_method = start_method
         self.runner: ClientRunner = StackedRunner(stack_clients) if stack_clients is not None else SequentialRunner()
         self._failure_budget = FailureBudget(max_client_failures)
@@ -379,6 +387,8 @@ class FederatedTrainer:
         self.fabric = Fabric(**self._fabric_kwargs, loggers=self.loggers, callbacks=callbacks)
         use_start_method(self.fabric, self.start_method)
         self.fabric.launch()
+        if self.retain_cpu_heap and self.fabric.device.type == "cpu":
+            retain_freed_memory()
         if self.fabric.world_size > 1:
             destroy_process_group_at_exit()
         if version is None:
