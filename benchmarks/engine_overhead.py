@@ -70,7 +70,7 @@ How time is measured:
     Both sides run under the same C allocator settings, set before either runs: by default glibc keeps freed memory
     in the heap (fedhet's ``retain_cpu_heap``, :mod:`fedhet.plugins.heap`); ``--system-malloc`` leaves glibc's own
     thresholds for both (and ``retain_cpu_heap=False``). With glibc's own, the CNN workload's steps fault pages in
-    again after every trim of the heap (500-1,400 faults per step) and the two sides' times depend on each one's
+    again after every trim of the heap (up to 1,400 faults per step) and the two sides' times depend on each one's
     allocation history more than on their work; the results footer says which setting ran.
     ``engine_overhead_profile.py`` breaks fedhet's time down by call.
 

@@ -3,12 +3,14 @@
 glibc's ``malloc`` serves a block of at least ``M_MMAP_THRESHOLD`` bytes with its own ``mmap`` (unmapped when freed)
 and gives the free top of its heap back to the system once it exceeds ``M_TRIM_THRESHOLD``. Both thresholds start
 low (128 KiB) and adapt to the blocks freed, but a CPU training step allocates and frees activations and gradients of
-megabytes in varying order, and the heap keeps being trimmed: every step then touches pages the kernel must map and
-zero again. On the FedPAC paper's Fashion-MNIST CNN (batch 50) that was 500-1,400 page faults per step and 15-40% of
-the round's time (``benchmarks/engine_overhead.py --workload cnn``, results in ``benchmarks/README.md``).
-:func:`retain_freed_memory` raises both thresholds, so freed blocks stay in the process for the next step. The cost:
-the process keeps up to ``trim_threshold_mb`` of freed memory it would have returned, and blocks of up to
-``mmap_threshold_mb`` come from the heap.
+megabytes in varying order, and the heap keeps being trimmed: steps then touch pages the kernel must map and zero
+again, how many depending on the process's allocation history. FedAvg with the FedPAC paper's Fashion-MNIST CNN (10
+clients of 600 images, batch 50, E = 5), one fresh 12-round fit on one CPU thread: 3.8-5.4 s per round (4.4 on
+average) and 4.4 million page faults with glibc's own thresholds, 3.6-3.9 s (3.75) and 5,500 faults with the heap
+kept; in a process that had run other fits before, up to 6.0 s against 3.8 s. (FedPAC's own paper-scale rounds
+happened to fault little: 10.0 s either way.) :func:`retain_freed_memory` raises both thresholds, so freed blocks stay
+in the process for the next step. The cost: the process keeps up to ``trim_threshold_mb`` of freed memory it would
+have returned, and blocks of up to ``mmap_threshold_mb`` come from the heap (larger ones are still mapped).
 
 The setting is process-wide: :class:`~fedhet.plugins.FederatedTrainer` applies it in each of its processes when a CPU
 run starts, unless ``retain_cpu_heap=False``; nothing changes where the C library is not glibc.

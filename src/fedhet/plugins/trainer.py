@@ -132,9 +132,9 @@ class FederatedTrainer:
             holds every state either way.
         retain_cpu_heap: on a CPU run with glibc, keep freed memory in each process's heap for reuse
             (:func:`~fedhet.plugins.heap.retain_freed_memory`, process-wide, from the start of ``fit``): a step's
-            large tensors then reuse pages instead of faulting in new ones (15-40% of a CNN round's time on a CPU).
-            The process keeps up to 128 MiB of freed memory it would have returned. ``False`` leaves ``malloc`` as
-            it is.
+            large tensors then reuse pages instead of faulting in new ones (15% of a CNN round's time on a CPU in
+            one fresh fit, more in a process that ran other fits before). The process keeps up to 128 MiB of freed
+            memory it would have returned. ``False`` leaves ``malloc`` as it is.
 
     """
 
