@@ -36,6 +36,7 @@ MEASURED: dict[str, tuple[str, ...]] = {
     "collective_latency": ("src/fedhet/plugins/shared_memory.py",),
     "stacked_cnn_step": ("src/fedhet/modules/fedpac_nets.py",),
     "stacked_methods": ("src/fedhet", "benchmarks/fedpac_reproduce.py"),  # --fedpac-scale: that script's recipes
+    "heap_retention": ("src/fedhet", "benchmarks/engine_overhead.py"),  # its workloads
 }
 """Library paths a script's results depend on, where narrower than ``src/fedhet`` (scripts not listed: all of it)."""
 DEFAULT_MEASURED = ("src/fedhet",)

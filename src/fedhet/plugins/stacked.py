@@ -375,7 +375,7 @@ def _stacked_leaves(module: nn.Module | EngineModule, states: Sequence[Mapping[s
     Under ``vmap`` a linear layer is a batched product with the transposed weights, and autograd gives the weights'
     gradient as the transpose of a contiguous ``(K, in, out)`` product. A leaf stored the same way (each client's
     ``(out, in)`` matrix by columns) takes that gradient as it is; a row-major leaf would have it copied into its own
-    layout at every backward (for a 784 x 128 layer and 20 clients, an 8 MB transposing copy per step: a quarter of
+    layout at every backward (for a 784 x 128 layer and 20 clients, an 8 MB transposing copy per step: a fifth of
     the step on a CPU). Element-wise optimizers and the per-client results do not depend on the layout.
     """
     linear = {
