@@ -34,7 +34,7 @@ MEASURED: dict[str, tuple[str, ...]] = {
     "engine_overhead_profile": ("src/fedhet/plugins", "src/fedhet/datamodules", "src/fedhet/modules"),
     "describe_federations": ("src/fedhet/datamodules", "configs"),
     "collective_latency": ("src/fedhet/plugins/shared_memory.py",),
-    "stacked_cnn_step": ("src/fedhet/modules/fedpac_nets.py",),
+    "stacked_cnn_step": ("src/fedhet/modules/fedpac_nets.py", "src/fedhet/functional/stacking.py"),
     "stacked_methods": ("src/fedhet", "benchmarks/fedpac_reproduce.py"),  # --fedpac-scale: that script's recipes
     "heap_retention": ("src/fedhet", "benchmarks/engine_overhead.py"),  # its workloads
 }

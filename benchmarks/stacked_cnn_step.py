@@ -8,7 +8,8 @@ What is compared:
     * **separate**: K modules, each a forward, a cross-entropy and a backward on its own batch (what the sequential
       path does per step, without the optimizer);
     * **vmap**: one ``torch.func.vmap`` of ``functional_call`` over the K clients' stacked weights, the sum of their
-      losses and one backward (what ``stack_clients`` does per step, without the optimizer).
+      losses and one backward (what ``stack_clients`` does per step, without the optimizer), the weights stacked as
+      the engine stacks them (``fedhet.functional.stack_states``, linear weights by columns).
 
     Each side runs ``--steps`` timed steps after one untimed step, alternating ``--repeats`` times; the table gives
     the median milliseconds per step of the K clients and, from ``torch.profiler`` over 3 more steps of each side, the
@@ -40,6 +41,7 @@ from torch.func import functional_call, vmap
 from torch.profiler import profile
 
 from _common import environment, write_table
+from fedhet.functional import stack_states
 from fedhet.modules.fedpac_nets import FEATURE_DIM, cnn28_body
 
 COLUMNS = {
@@ -60,10 +62,10 @@ def make_sides(clients: int, batch: int, seed: int) -> dict[str, Callable[[], No
     torch.manual_seed(seed)
     net = nn.Sequential(cnn28_body(1), nn.Linear(FEATURE_DIM, 10))
     nets = [copy.deepcopy(net) for _ in range(clients)]
-    stacked = {
-        name: torch.stack([dict(n.named_parameters())[name].detach() for n in nets]).requires_grad_()
-        for name, _ in net.named_parameters()
-    }
+    linear = [f"{prefix}.weight" for prefix, layer in net.named_modules() if isinstance(layer, nn.Linear)]
+    states = [{name: p.detach() for name, p in n.named_parameters()} for n in nets]
+    # laid out as the engine's stacked path lays them out (linear weights by columns)
+    stacked = {name: leaf.requires_grad_() for name, leaf in stack_states(states, by_columns=linear).items()}
     x = torch.randn(clients, batch, 1, 28, 28)
     y = torch.randint(0, 10, (clients, batch))
 

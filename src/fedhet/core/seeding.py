@@ -57,16 +57,19 @@ def rng_preserved(devices: list[torch.device] | None = None) -> Iterator[None]:
 
 def generator_states(devices: list[torch.device] | None = None) -> list[Tensor]:
     """The states of torch's CPU generator and of the given CUDA devices' generators, in that order (copies)."""
-    cuda = [d for d in devices or [] if d.type == "cuda"]
-    return [torch.default_generator.get_state(), *(torch.cuda.get_rng_state(d) for d in cuda)]
+    return [torch.default_generator.get_state(), *(torch.cuda.get_rng_state(d) for d in _cuda(devices))]
 
 
 def set_generator_states(states: list[Tensor], devices: list[torch.device] | None = None) -> None:
     """Put back states that :func:`generator_states` took for the same ``devices``."""
-    cuda = [d for d in devices or [] if d.type == "cuda"]
     torch.default_generator.set_state(states[0])
-    for device, state in zip(cuda, states[1:], strict=True):
+    for device, state in zip(_cuda(devices), states[1:], strict=True):
         torch.cuda.set_rng_state(state, device)
+
+
+def _cuda(devices: list[torch.device] | None) -> list[torch.device]:
+    """The CUDA devices among ``devices`` (each has a generator of its own)."""
+    return [d for d in devices or [] if d.type == "cuda"]
 
 
 @contextmanager
@@ -79,8 +82,7 @@ def seeded(seed: int, devices: list[torch.device] | None = None) -> Iterator[Non
     """
     with nullcontext() if _PRESERVED.get() else rng_preserved(devices):
         torch.default_generator.manual_seed(seed)
-        for device in devices or []:
-            if device.type == "cuda":
-                with torch.cuda.device(device):
-                    torch.cuda.manual_seed(seed)
+        for device in _cuda(devices):
+            with torch.cuda.device(device):
+                torch.cuda.manual_seed(seed)
         yield

@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 import torch
 from torch import Tensor
 from torch.nn.utils.rnn import pad_sequence
 
 
-def stack_states(states: Sequence[Mapping[str, Tensor]]) -> dict[str, Tensor]:
+def stack_states(states: Sequence[Mapping[str, Tensor]], by_columns: Collection[str] = ()) -> dict[str, Tensor]:
     """Stack ``K`` name-keyed state dicts into one whose tensors have a leading client axis.
 
     Args:
         states: ``K >= 1`` state dicts with the same names and, name by name, the same shapes.
+        by_columns: names of matrices (e.g. linear layers' weights) to store by columns: each client's ``(m, n)``
+            matrix laid out as its transpose, the layout in which ``torch.func.vmap``'s backward gives a linear
+            weight's gradient (the transpose of a contiguous ``(K, n, m)`` product). A leaf stored so takes that
+            gradient as it is; a row-major one has it copied into its own layout at every backward (for a 784 x 128
+            layer and 20 clients, 8 MB a step, a fifth of the step on a CPU). Values and shapes do not change.
 
     Returns:
         ``name -> tensor`` of shape ``(K, *shape)`` (new tensors, in the first state's name order).
@@ -22,9 +27,9 @@ def stack_states(states: Sequence[Mapping[str, Tensor]]) -> dict[str, Tensor]:
         ValueError: when the states do not hold the same names.
 
     Example:
-        >>> stacked = stack_states([{"w": torch.zeros(2, 3)}, {"w": torch.ones(2, 3)}])
-        >>> tuple(stacked["w"].shape)
-        (2, 2, 3)
+        >>> stacked = stack_states([{"w": torch.zeros(2, 3)}, {"w": torch.ones(2, 3)}], by_columns=["w"])
+        >>> tuple(stacked["w"].shape), stacked["w"].stride()
+        ((2, 2, 3), (6, 1, 2))
 
     """
     if not states:
@@ -33,7 +38,13 @@ def stack_states(states: Sequence[Mapping[str, Tensor]]) -> dict[str, Tensor]:
     for index, state in enumerate(states[1:], start=1):
         if state.keys() != states[0].keys():
             raise ValueError(f"state {index} holds names {sorted(state)}, state 0 holds {sorted(names)}")
-    return {name: torch.stack([state[name] for state in states]) for name in names}
+    columns = set(by_columns)
+    return {
+        name: torch.stack([state[name].mT for state in states]).mT
+        if name in columns
+        else torch.stack([state[name] for state in states])
+        for name in names
+    }
 
 
 def unstack_states(stacked: Mapping[str, Tensor]) -> list[dict[str, Tensor]]:

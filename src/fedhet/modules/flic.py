@@ -466,7 +466,7 @@ class FLIC(FederatedClassifier):
             return x, y, noise, none, none
         sampled = self.anchor_stats == "sampled"
         align = none
-        if sampled and self.lambda_align and phase != "representation":
+        if sampled and self._aligns(phase):
             align = torch.randn(len(y), self.latent_dim, device=y.device, dtype=dtype)
         if self.lambda_anchor:
             noise = self.anchor_noise(y)
@@ -512,7 +512,7 @@ class FLIC(FederatedClassifier):
         else:
             loss = masked_mean(F.cross_entropy(logits, y, reduction="none"), mask)
         align: Tensor | None = None
-        if self.lambda_align and self._phase != "representation":
+        if self._aligns(self._phase):
             align = self.alignment_loss(z, y, mask=mask, noise=sample_noise[0])
             loss = loss + self.lambda_align * align
         if self.lambda_anchor:
@@ -596,6 +596,10 @@ class FLIC(FederatedClassifier):
         if self.code_anchor_update:
             optimizers.append(self._anchor_copy_optimizer())
         return optimizers
+
+    def _aligns(self, phase: str | None) -> bool:
+        """Whether a local step of ``phase`` has the alignment term (every phase but FLIC-HL's representation one)."""
+        return bool(self.lambda_align) and phase != "representation"
 
     @property
     def _engine_copy(self) -> Tensor | None:

@@ -281,11 +281,11 @@ def _shared_segments(fabric: Fabric) -> SharedSegments | None:
             rank, world_size, control = dist.get_rank(), dist.get_world_size(), ordered_stores()
             token = [secrets.token_hex(6) if rank == 0 else None]
             if rank == 0:  # makes the control block's file before the others look for it
-                segments = SharedSegments(f"{token[0]}", rank, world_size, control)
+                segments = SharedSegments(str(token[0]), rank, world_size, control)
             with _collective(fabric):
                 dist.broadcast_object_list(token, src=0)
                 if rank != 0:
-                    segments = SharedSegments(f"{token[0]}", rank, world_size, control)
+                    segments = SharedSegments(str(token[0]), rank, world_size, control)
                 dist.barrier()  # every process has mapped the control block: its name can go
             if rank == 0 and segments is not None:
                 segments.control_mapped()
