@@ -3,7 +3,8 @@
 This package imports nothing else of fedhet (only torch), so every other package may import it: ``plugins``,
 ``modules``, ``datamodules`` and ``callbacks`` meet here instead of importing each other.
 
-* :class:`ClientSpec` — what a module may know about a client before training (``spec``).
+* :class:`ClientSpec` — what a module may know about a client before training; :class:`SpecLimits` — the bounds
+  :meth:`ClientSpec.parse` holds a description from outside the process to (``spec``).
 * :class:`LocalPhase`, :class:`LocalTraining`, :class:`FederatedModuleProtocol` — the module contract the engine
   drives (``protocols``).
 * :class:`StackableModule`, :class:`BatchLossModule`, :class:`PenalisedModule`, :class:`RoundAware` — capabilities
@@ -21,7 +22,7 @@ from fedhet.core.capabilities import BatchLossModule, PenalisedModule, RoundAwar
 from fedhet.core.hooks import Federation, FederationHooks
 from fedhet.core.protocols import EngineModule, FederatedModuleProtocol, LocalPhase, LocalTraining
 from fedhet.core.seeding import derive_seed, rng_preserved, seeded
-from fedhet.core.spec import ClientSpec
+from fedhet.core.spec import ClientSpec, SpecLimits
 from fedhet.core.state import (
     ClientFailure,
     ClientState,
@@ -49,6 +50,7 @@ __all__ = [
     "RoundAware",
     "RoundUploads",
     "ServerState",
+    "SpecLimits",
     "StackableModule",
     "derive_seed",
     "non_finite",

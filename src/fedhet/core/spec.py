@@ -4,8 +4,97 @@ from __future__ import annotations
 
 import math
 from collections.abc import Hashable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
+
+
+@dataclass(frozen=True)
+class SpecLimits:
+    """The bounds :meth:`ClientSpec.parse` holds a client description from outside the process to.
+
+    Example:
+        >>> SpecLimits(max_classes=10).max_classes
+        10
+
+    """
+
+    max_features: int = 10_000_000
+    """Most features in one sample (the product of ``input_shape``)."""
+
+    max_classes: int = 1_000_000
+    """Largest ``num_classes`` and most entries in ``classes``."""
+
+    max_samples: int = 10**9
+    """Largest ``num_train``, ``num_val`` and ``num_test``."""
+
+    max_blocks: int = 10_000
+    """Most entries in ``feature_blocks``."""
+
+    max_id_length: int = 256
+    """Most characters in ``client_id``."""
+
+
+class _FieldError(ValueError):
+    """What one field check raises: the reason, without the source and the field's name."""
+
+
+def _count(value: object, low: int, high: int) -> int:
+    """``value`` if it is an ``int`` (not a ``bool``) in ``[low, high]``, else a :class:`_FieldError`."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise _FieldError(f"is a {type(value).__name__}, not an int")
+    if not low <= value <= high:
+        raise _FieldError(f"is {value}, outside [{low}, {high}]")
+    return value
+
+
+def _sequence(value: object, max_length: int) -> list | tuple:
+    """``value`` if it is a list or a tuple of at most ``max_length`` entries, else a :class:`_FieldError`."""
+    if not isinstance(value, (list, tuple)):
+        raise _FieldError(f"is a {type(value).__name__}, not a list")
+    if len(value) > max_length:
+        raise _FieldError(f"has {len(value)} entries, more than {max_length}")
+    return value
+
+
+def _client_id(value: object, limits: SpecLimits) -> str:
+    if not isinstance(value, str) or not value:
+        raise _FieldError("is not a non-empty str")
+    if len(value) > limits.max_id_length:
+        raise _FieldError(f"has {len(value)} characters, more than {limits.max_id_length}")
+    return value
+
+
+def _input_shape(value: object, limits: SpecLimits) -> tuple[int, ...]:
+    shape = _sequence(value, limits.max_features)
+    if not shape:
+        raise _FieldError("is empty")
+    sizes = tuple(_count(size, 1, limits.max_features) for size in shape)
+    if math.prod(sizes) > limits.max_features:
+        raise _FieldError(f"has {math.prod(sizes)} features, more than {limits.max_features}")
+    return sizes
+
+
+def _classes(value: object, num_classes: int, limits: SpecLimits) -> tuple[int, ...]:
+    classes = tuple(_count(label, 0, num_classes - 1) for label in _sequence(value, limits.max_classes))
+    if len(set(classes)) != len(classes):
+        raise _FieldError("repeats a class")
+    return classes
+
+
+def _feature_blocks(value: object, input_dim: int, limits: SpecLimits) -> dict[str, int]:
+    pairs = list(value.items()) if isinstance(value, Mapping) else _sequence(value, limits.max_blocks)
+    if len(pairs) > limits.max_blocks:
+        raise _FieldError(f"has {len(pairs)} entries, more than {limits.max_blocks}")
+    blocks: dict[str, int] = {}
+    for pair in pairs:
+        if not isinstance(pair, (list, tuple)) or len(pair) != 2 or not isinstance(pair[0], str):
+            raise _FieldError("holds an entry that is not a [name, width] pair")
+        if pair[0] in blocks:
+            raise _FieldError(f"names block {pair[0]!r} twice")
+        blocks[pair[0]] = _count(pair[1], 1, limits.max_features)
+    if blocks and sum(blocks.values()) != input_dim:
+        raise _FieldError(f"widths sum to {sum(blocks.values())}, not to the input's {input_dim} features")
+    return blocks
 
 
 @dataclass(frozen=True)
@@ -58,15 +147,49 @@ class ClientSpec:
 
     @classmethod
     def from_dict(cls, fields: Mapping[str, Any]) -> ClientSpec:
-        """The inverse of :meth:`to_dict`."""
-        return cls(
-            **{
-                **fields,
-                "input_shape": tuple(fields["input_shape"]),
-                "classes": tuple(fields["classes"]),
-                "feature_blocks": {name: width for name, width in fields["feature_blocks"]},
-            }
-        )
+        """The inverse of :meth:`to_dict` (checked as :meth:`parse` checks)."""
+        return cls.parse(fields, source="ClientSpec.from_dict")
+
+    @classmethod
+    def parse(cls, fields: object, source: str, limits: SpecLimits | None = None) -> ClientSpec:
+        """A client description from outside the process (a file, a remote node), each field's type and range checked.
+
+        Args:
+            fields: what :meth:`to_dict` writes: a mapping of field names to plain lists, ints and strings.
+            source: where ``fields`` came from (a file, a node), named in the error.
+            limits: the bounds of the sizes and counts; :class:`SpecLimits`'s defaults when ``None``.
+
+        Raises:
+            ValueError: one line naming ``source`` and the offending field, for a field of the wrong type, out of
+                range, missing or unknown.
+
+        Example:
+            >>> ClientSpec.parse({"client_id": "a", "input_shape": [4], "num_classes": 2}, "node 3").input_shape
+            (4,)
+            >>> ClientSpec.parse({"client_id": "a", "input_shape": [4], "num_classes": True}, "node 3")
+            Traceback (most recent call last):
+            ...
+            ValueError: node 3: field 'num_classes' is a bool, not an int
+
+        """
+        limits = limits or SpecLimits()
+        if not isinstance(fields, Mapping):
+            raise ValueError(f"{source}: the client spec is a {type(fields).__name__}, not a mapping of fields")
+        known = {spec_field.name for spec_field in _SPEC_FIELDS}
+        unknown = next((name for name in fields if name not in known), None)
+        if unknown is not None:
+            raise ValueError(f"{source}: field {str(unknown)[: limits.max_id_length]!r} is not a ClientSpec field")
+        checked: dict[str, Any] = {}
+        for name, check in _field_checks(checked, limits):
+            if name not in fields:
+                if name in ("client_id", "input_shape", "num_classes"):
+                    raise ValueError(f"{source}: field '{name}' is missing")
+                continue
+            try:
+                checked[name] = check(fields[name])
+            except _FieldError as error:
+                raise ValueError(f"{source}: field '{name}' {error}") from None
+        return cls(**checked)
 
     @property
     def input_dim(self) -> int:
@@ -87,3 +210,20 @@ class ClientSpec:
     def architecture_key(self) -> Hashable:
         """What two clients must share to be able to use identically shaped layers by default."""
         return (self.input_shape, tuple(self.feature_blocks.items()), self.num_classes)
+
+
+_SPEC_FIELDS = fields(ClientSpec)
+
+
+def _field_checks(checked: Mapping[str, Any], limits: SpecLimits) -> list[tuple[str, Any]]:
+    """Each field's check, in an order where a check sees the fields it depends on already in ``checked``."""
+    return [
+        ("client_id", lambda value: _client_id(value, limits)),
+        ("input_shape", lambda value: _input_shape(value, limits)),
+        ("num_classes", lambda value: _count(value, 1, limits.max_classes)),
+        ("classes", lambda value: _classes(value, checked["num_classes"], limits)),
+        ("num_train", lambda value: _count(value, 0, limits.max_samples)),
+        ("num_val", lambda value: _count(value, 0, limits.max_samples)),
+        ("num_test", lambda value: _count(value, 0, limits.max_samples)),
+        ("feature_blocks", lambda value: _feature_blocks(value, math.prod(checked["input_shape"]), limits)),
+    ]
