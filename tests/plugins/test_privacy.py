@@ -10,6 +10,7 @@ from opacus.accountants import RDPAccountant
 
 from fedhet.callbacks import FederatedCallback
 from fedhet.cli import FederatedCLI
+from fedhet.core import TensorSpec, UploadDeclaration
 from fedhet.core.statistics import CENTROIDS, COUNTS
 from fedhet.functional.privacy import clip_by_global_norm, global_l2_norm
 from fedhet.modules import FedAvg, FedPAC, FedRep
@@ -132,6 +133,9 @@ def test_integer_statistics_cannot_be_noised(tmp_path, tiny_federation):
     class CountingFedAvg(FedAvg):
         def client_statistics(self):
             return {"seen": torch.tensor([self.spec.num_train])}
+
+        def upload_declaration(self, spec):
+            return UploadDeclaration({"seen": TensorSpec((1,), torch.int64)})
 
     privacy = UploadPrivacy(1.0, 1.0, statistics=["seen"], statistics_clip_norm=1.0, statistics_noise_multiplier=1)
     with pytest.raises(ValueError, match="client 'a': statistic 'seen' has dtype torch.int64"):

@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from fedhet.core import TensorSpec, UploadDeclaration
 from fedhet.core.statistics import ANCHOR_MEANS, ATOM_NAMES, CENTROIDS, COUNTS, HEAD_H, HEAD_V, KERNEL, STAT_PREFIX
 from fedhet.datamodules import ClientDataModule, FederatedDataModule, HybridFederation, RotatedBlobsDomains
 from fedhet.modules import (
@@ -145,6 +146,9 @@ def test_the_check_catches_raw_data_in_a_statistic(tmp_path):
 
         def client_statistics(self):
             return {"first_sample": self.raw}
+
+        def upload_declaration(self, spec):
+            return UploadDeclaration({"first_sample": TensorSpec((1, *spec.input_shape))})
 
     raw = UploadCase(lambda: RawFedAvg(hidden_dims=[8]), blobs, statistics=frozenset({"first_sample"}))
     with pytest.raises(AssertionError, match="'first_sample' holds a raw training sample"):

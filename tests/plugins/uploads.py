@@ -10,6 +10,7 @@ from fnmatch import fnmatchcase
 import torch
 
 from fedhet.callbacks import FederatedCallback
+from fedhet.core import tensors_mismatch
 from fedhet.datamodules import FederatedDataModule
 from fedhet.plugins import ClientUpdate, FederatedTrainer
 
@@ -66,7 +67,8 @@ def check_uploads(case: UploadCase, root: str, rounds: int = 2) -> list[ClientUp
     """Run ``rounds`` rounds of ``case`` and check every upload; returns the uploads of the last round.
 
     Checks, for every client of every round: its shared parameters are exactly the names its module declares shared
-    and none matches ``case.never``; its statistics are exactly ``case.statistics``; no uploaded tensor holds a raw
+    and none matches ``case.never``; its statistics are exactly ``case.statistics``, which are the names of the
+    module's ``upload_declaration``, with the shapes and dtypes it declares; no uploaded tensor holds a raw
     training sample; and ``comm/bytes_up`` of the round equals the bytes of the round's uploads.
     """
     spy = UploadSpy()
@@ -94,6 +96,9 @@ def check_uploads(case: UploadCase, root: str, rounds: int = 2) -> list[ClientUp
             assert not leaked, f"{where}: personal state {leaked} left the client"
             statistics = case.statistics(module) if callable(case.statistics) else case.statistics
             assert set(upload.statistics) == statistics, where
+            declared = module.upload_declaration(specs[upload.client_id]).statistics
+            assert set(declared) == statistics, f"{where}: the module's upload declaration"
+            assert tensors_mismatch("statistic", upload.statistics, declared) is None, where
             x = federation.client(upload.client_id).train_dataset.x.flatten(1)
             for name, tensor in _tensors(upload):
                 assert not _holds_a_row_of(tensor, x), f"{where}: '{name}' holds a raw training sample"

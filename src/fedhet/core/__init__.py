@@ -13,6 +13,8 @@ This package imports nothing else of fedhet (only torch), so every other package
   — what travels between clients and server and what each keeps (``state``).
 * :class:`Federation`, :class:`FederationHooks` — the typed hooks and what a callback may read of the trainer
   (``hooks``).
+* :class:`UploadDeclaration`, :class:`TensorSpec`, :class:`ExpectedUpload` — what a method declares it uploads
+  and what the server admits from a client (``uploads``).
 * :func:`derive_seed`, :func:`seeded`, :func:`rng_preserved` — every random draw of a run derives from (seed,
   purpose, round, client) (``seeding``).
 * the statistic names that a method's module uploads and its server callback reads (``statistics``).
@@ -24,6 +26,7 @@ from fedhet.core.protocols import EngineModule, FederatedModuleProtocol, LocalPh
 from fedhet.core.seeding import derive_seed, rng_preserved, seeded
 from fedhet.core.spec import ClientSpec, SpecLimits
 from fedhet.core.state import (
+    FAILURE_KINDS,
     ClientFailure,
     ClientState,
     ClientUpdate,
@@ -33,14 +36,18 @@ from fedhet.core.state import (
     num_bytes,
     to_cpu,
 )
+from fedhet.core.uploads import ENGINE_METRICS, ExpectedUpload, TensorSpec, UploadDeclaration, tensors_mismatch
 
 __all__ = [
+    "ENGINE_METRICS",
+    "FAILURE_KINDS",
     "BatchLossModule",
     "ClientFailure",
     "ClientSpec",
     "ClientState",
     "ClientUpdate",
     "EngineModule",
+    "ExpectedUpload",
     "Federation",
     "FederationHooks",
     "FederatedModuleProtocol",
@@ -52,10 +59,13 @@ __all__ = [
     "ServerState",
     "SpecLimits",
     "StackableModule",
+    "TensorSpec",
+    "UploadDeclaration",
     "derive_seed",
     "non_finite",
     "num_bytes",
     "rng_preserved",
     "seeded",
+    "tensors_mismatch",
     "to_cpu",
 ]

@@ -10,6 +10,7 @@ import torch
 from torch import Tensor, nn
 
 from fedhet.core.spec import ClientSpec
+from fedhet.core.uploads import UploadDeclaration
 
 
 @dataclass(frozen=True)
@@ -97,6 +98,12 @@ class FederatedModuleProtocol(Protocol):
 
     def receive_statistics(self, statistics: Mapping[str, Tensor]) -> None:
         """Take the server's broadcast statistics before local training or evaluation."""
+
+    def upload_declaration(self, spec: ClientSpec) -> UploadDeclaration:
+        """What a client described by ``spec`` uploads besides its shared parameters.
+
+        Called on a module built for ``spec``'s architecture; the engine admits no upload that differs from it.
+        """
 
     def local_phases(self) -> list[LocalPhase]:
         """The local schedule of one round."""

@@ -59,19 +59,26 @@ class ClientUpdate:
         return num_bytes(self.shared) + num_bytes(self.statistics)
 
 
+#: Why a client was left out of a round (:attr:`ClientFailure.kind`).
+FailureKind = Literal["error", "non_finite", "straggler", "invalid"]
+FAILURE_KINDS: tuple[FailureKind, ...] = ("error", "non_finite", "straggler", "invalid")
+
+
 class ClientFailure(NamedTuple):
     """A sampled client whose upload was left out of a round's aggregate.
 
     Args:
         client_id: the client's name.
-        kind: ``"error"`` (its training or data loading raised), ``"non_finite"`` (NaN/Inf loss or upload) or
-            ``"straggler"`` (over the trainer's time budget).
+        kind: ``"error"`` (its training or data loading raised, or its node answered with an error),
+            ``"non_finite"`` (NaN/Inf loss or upload), ``"straggler"`` (over the trainer's time budget or a deployed
+            round's deadline) or ``"invalid"`` (its upload or reply is not what the server expects: names, shapes,
+            dtypes, counts; :mod:`fedhet.core.uploads`).
         reason: a sentence for the log.
 
     """
 
     client_id: str
-    kind: Literal["error", "non_finite", "straggler"]
+    kind: FailureKind
     reason: str
 
     @classmethod

@@ -15,7 +15,7 @@ from lightning.pytorch import LightningModule
 from torch import Tensor
 from torchmetrics import MetricCollection
 
-from fedhet.core import ClientSpec, LocalPhase, LocalTraining
+from fedhet.core import ClientSpec, LocalPhase, LocalTraining, UploadDeclaration
 from fedhet.plugins.aggregators import Aggregator, WeightedMean
 from fedhet.plugins.export import CLIENT_SPEC_KEY
 
@@ -137,6 +137,16 @@ class FederatedModule(LightningModule):
 
     def receive_statistics(self, statistics: Mapping[str, Tensor]) -> None:
         """Take the server's broadcast statistics (ignored by default)."""
+
+    def upload_declaration(self, spec: ClientSpec) -> UploadDeclaration:
+        """What a client described by ``spec`` uploads besides its shared parameters: no statistic by default.
+
+        A method that overrides :meth:`client_statistics` declares here each statistic's name, shape and dtype as a
+        function of ``spec`` (the module is built for ``spec``'s architecture when the engine asks), and the names it
+        logs with ``self.log`` during local training; the engine admits no upload that differs (a simulated client,
+        or a deployed node, that sends anything else is a failed client).
+        """
+        return UploadDeclaration()
 
     def configure_aggregator(self) -> Aggregator:
         """How the server combines the shared parameters: a sample-weighted mean by default."""

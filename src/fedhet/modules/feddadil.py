@@ -25,7 +25,7 @@ from torch import Tensor, nn
 from torchmetrics import MeanMetric, Metric, MetricCollection
 from torchmetrics.classification import MulticlassAccuracy
 
-from fedhet.core import ClientSpec, LocalPhase
+from fedhet.core import ClientSpec, LocalPhase, TensorSpec, UploadDeclaration
 from fedhet.core.statistics import ATOM_NAMES, GLOBAL_NAMES
 from fedhet.functional.dictionary import (
     atom_batches,
@@ -377,6 +377,11 @@ class FedDaDiL(FederatedModule):
     def client_statistics(self) -> dict[str, Tensor]:
         r"""The client's atom version: features ``(K, n, d)`` and labels ``(K, n, c)``; never :math:`\alpha`."""
         return {ATOM_NAMES[0]: self.atom_features.detach(), ATOM_NAMES[1]: self.atom_labels.detach()}
+
+    def upload_declaration(self, spec: ClientSpec) -> UploadDeclaration:
+        """The client's atom version, shaped as the dictionary: features ``(K, n, d)``, labels ``(K, n, c)``."""
+        atoms = (self.atom_features, self.atom_labels)
+        return UploadDeclaration({name: TensorSpec.of(atom) for name, atom in zip(ATOM_NAMES, atoms, strict=True)})
 
     def receive_statistics(self, statistics: Mapping[str, Tensor]) -> None:
         """Replace the local atom version with the server's global dictionary."""

@@ -17,6 +17,7 @@ import torch
 from lightning.pytorch import Callback
 from torch import Tensor
 
+from fedhet.core import ClientSpec, TensorSpec, UploadDeclaration
 from fedhet.core.statistics import GLOBAL_KERNEL, KERNEL
 from fedhet.functional.representation_kernels import kernel_penalty, random_alignment_inputs
 from fedhet.modules.flic import FLIC
@@ -84,6 +85,12 @@ class FedHeNN(FLIC):
     def client_statistics(self) -> dict[str, Tensor]:
         """The kernel of the client's representations of the RAD."""
         return {KERNEL: self._kernel} if self._kernel is not None else {}
+
+    def upload_declaration(self, spec: ClientSpec) -> UploadDeclaration:
+        """The kernel ``(rad_size, rad_size)``, in the embedding's dtype."""
+        dtype = next(self.embedding.parameters()).dtype
+        kernel = TensorSpec((self.rad_size, self.rad_size), dtype)
+        return UploadDeclaration({KERNEL: kernel}, super().upload_declaration(spec).metrics)
 
     def receive_statistics(self, statistics: Mapping[str, Tensor]) -> None:
         """The federation's mean kernel."""

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from lightning.pytorch import Callback
 from torch import Tensor
 
-from fedhet.core import LocalPhase
+from fedhet.core import ClientSpec, LocalPhase, TensorSpec, UploadDeclaration
 from fedhet.core.statistics import (
     CENTROIDS,
     COUNTS,
@@ -227,6 +227,22 @@ class FedPAC(FedRep):
     def client_statistics(self) -> dict[str, Tensor]:
         """What FedPAC uploads besides the body (see the class docstring)."""
         return dict(self._upload)
+
+    def upload_declaration(self, spec: ClientSpec) -> UploadDeclaration:
+        """FedPAC's statistics for a client, by switch.
+
+        Centroids ``(K, d)`` and counts ``(K,)`` with feature alignment; :math:`H` ``(K, d)``, :math:`v` ``()`` and
+        the trained head with classifier collaboration; ``train/align`` besides the loss.
+        """
+        k, d = self.head.out_features, self.head.in_features
+        dtype = torch.get_default_dtype()  # the statistics passes accumulate in fresh tensors
+        statistics: dict[str, TensorSpec] = {}
+        if self.feature_alignment:
+            statistics |= {CENTROIDS: TensorSpec((k, d), dtype), COUNTS: TensorSpec((k,), dtype)}
+        if self.classifier_collaboration:
+            statistics |= {HEAD_H: TensorSpec((k, d), dtype), HEAD_V: TensorSpec((), dtype)}
+            statistics |= {HEAD_PREFIX + name: TensorSpec.of(self.get_parameter(name)) for name in HEAD_NAMES}
+        return UploadDeclaration(statistics, frozenset({"train/loss", "train/align"}))
 
     def receive_statistics(self, statistics: Mapping[str, Tensor]) -> None:
         """The global centroids and which classes have one."""

@@ -21,7 +21,7 @@ from lightning.pytorch import Callback
 from torch import Tensor, nn
 from torch.func import functional_call
 
-from fedhet.core import ClientSpec, LocalPhase
+from fedhet.core import ClientSpec, LocalPhase, TensorSpec, UploadDeclaration
 from fedhet.core.statistics import ANCHOR_COUNTS, ANCHOR_FACTORS, ANCHOR_MEANS, GLOBAL_FACTORS, GLOBAL_MEANS
 from fedhet.functional.anchors import (
     anchor_sample_ce,
@@ -798,6 +798,22 @@ class FLIC(FederatedClassifier):
     def client_statistics(self) -> dict[str, Tensor]:
         """The client's anchors after local training (see the class docstring)."""
         return dict(self._upload)
+
+    def upload_declaration(self, spec: ClientSpec) -> UploadDeclaration:
+        """FLIC's anchors after local training (nothing when no term uses them).
+
+        Their means ``(C, k)``, their factors ``(C, k, k)`` when learned, the class counts ``(C,)`` with
+        ``anchor_holders_only``; the alignment and pre-training losses besides the loss.
+        """
+        metrics = frozenset({"train/loss", "train/align", "train/pretrain_loss"})
+        if not self.uses_anchors:
+            return UploadDeclaration(metrics=metrics)
+        statistics = {ANCHOR_MEANS: TensorSpec.of(self.anchor_means)}
+        if self.learn_covariance:
+            statistics[ANCHOR_FACTORS] = TensorSpec.of(self.anchor_factors)
+        if self.anchor_holders_only:
+            statistics[ANCHOR_COUNTS] = TensorSpec((spec.num_classes,), torch.float32)
+        return UploadDeclaration(statistics, metrics)
 
     def receive_statistics(self, statistics: Mapping[str, Tensor]) -> None:
         """Take the server's averaged anchors."""

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from lightning.pytorch import Callback
 from torch import Tensor, nn
 
-from fedhet.core import ClientSpec
+from fedhet.core import ClientSpec, TensorSpec, UploadDeclaration
 from fedhet.core.statistics import EXTRACTORS, STAT_PREFIX, anchor_key
 from fedhet.functional.matching import CostMode
 from fedhet.functional.proximal import proximal_penalty
@@ -192,6 +192,10 @@ class HyFEM(FederatedClassifier):
         """Every parameter of the trained client model, as ``hyfem/<name>``: its extractors and its classifier."""
         return {STAT_PREFIX + name: param.detach() for name, param in self.named_parameters()}
 
+    def upload_declaration(self, spec: ClientSpec) -> UploadDeclaration:
+        """Every parameter of the client's model, as ``hyfem/<name>``, shaped as the client's architecture has it."""
+        return UploadDeclaration({STAT_PREFIX + name: TensorSpec.of(param) for name, param in self.named_parameters()})
+
 
 class HybridLocal(HyFEM):
     """HyFEM's client architecture trained on the client's own data only (the paper's stand-alone baseline).
@@ -237,3 +241,7 @@ class HybridLocal(HyFEM):
     def client_statistics(self) -> dict[str, Tensor]:
         """Nothing leaves the client."""
         return {}
+
+    def upload_declaration(self, spec: ClientSpec) -> UploadDeclaration:
+        """No statistic."""
+        return UploadDeclaration()

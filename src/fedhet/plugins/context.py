@@ -25,8 +25,10 @@ from fedhet.core import (
     ClientState,
     ClientUpdate,
     EngineModule,
+    ExpectedUpload,
     RoundUploads,
     ServerState,
+    TensorSpec,
     num_bytes,
     to_cpu,
 )
@@ -35,7 +37,7 @@ from fedhet.plugins.client_store import ClientStore
 from fedhet.plugins.fingerprint import run_fingerprint
 from fedhet.plugins.hooks import CallbackHooks
 from fedhet.plugins.local_loop import evaluate_client, run_local_training
-from fedhet.plugins.policies import UploadCheck
+from fedhet.plugins.policies import DeclaredUpload, UploadCheck
 from fedhet.plugins.slots import ModuleSlot
 
 
@@ -113,7 +115,8 @@ class ClientContext:
         local_epochs: the trainer's ``local_epochs``.
         local_steps: the trainer's ``local_steps``.
         hooks: the run's callback dispatch.
-        checks: the upload checks an upload must pass to be admitted (non-finite, time budget...).
+        checks: the upload checks an upload must pass to be admitted (non-finite, time budget...), after the check
+            against what the server expects of the client (:class:`~fedhet.plugins.policies.DeclaredUpload`).
         server_state: returns the server state clients load from (the trainer may replace it on resume).
         store: returns the client state store (the trainer may replace it on resume).
         personal_init: ``"shared"``: a client's personal layers start from its architecture's one draw (the one that
@@ -141,7 +144,7 @@ class ClientContext:
         self.local_epochs = local_epochs
         self.local_steps = local_steps
         self.hooks = hooks
-        self.checks = list(checks)
+        self.checks: list[UploadCheck] = [DeclaredUpload(self.expected_upload), *checks]
         self.personal_init = personal_init
         self._server_state = server_state
         self._store = store
@@ -151,6 +154,7 @@ class ClientContext:
         self.signatures: dict[str, Hashable] = {cid: template.client_signature(s) for cid, s in self.specs.items()}
         self._slots: dict[Hashable, ModuleSlot] = {}
         self._fingerprint: dict[str, Any] | None = None
+        self._expected: dict[str, ExpectedUpload] = {}
 
     # ------------------------------------------------------------------ what a client has
     @property
@@ -218,6 +222,23 @@ class ClientContext:
                     )
                 shared.setdefault(name, value.detach().cpu().clone())
         return shared
+
+    def expected_upload(self, client_id: str) -> ExpectedUpload:
+        """What the server admits from ``client_id`` (computed once per client from its architecture's module).
+
+        Raises:
+            KeyError: the federation holds no such client.
+
+        """
+        expected = self._expected.get(client_id)
+        if expected is None:
+            spec = self.specs[client_id]
+            slot = self.slot(client_id)
+            state = slot.module.state_dict()
+            shared = {name: TensorSpec.of(state[name]) for name in slot.shared}
+            declaration = slot.module.upload_declaration(spec)
+            expected = self._expected[client_id] = ExpectedUpload(shared, declaration, spec.num_train)
+        return expected
 
     def load(self, client_id: str) -> tuple[ModuleSlot, int]:
         """The slot of ``client_id`` with its personal state and the server's payload loaded; bytes sent down.

@@ -2,8 +2,11 @@
 
 A round's uploads pass three kinds of policy:
 
-* :class:`UploadCheck` — per client, right after its training: is its upload admitted? :class:`FiniteUpload` rejects
-  NaN/Inf losses and tensors, :class:`TimeBudget` rejects stragglers (``client_time_budget_s``).
+* :class:`UploadCheck` — per client, right after its training: is its upload admitted? :class:`DeclaredUpload` rejects
+  an upload that is not what the server expects of the client (:class:`~fedhet.core.ExpectedUpload`: the shared
+  parameters' names, shapes and dtypes, the method's declared statistics, a sample count within the client's),
+  :class:`FiniteUpload` rejects NaN/Inf losses and tensors, :class:`TimeBudget` rejects stragglers
+  (``client_time_budget_s``).
 * :class:`FailureBudget` — per round, once the uploads are gathered: may the run go on with the clients that failed?
 * :class:`ServerUpdate` — per round: turn the admitted uploads into new shared parameters. :class:`PlainUpdate` folds
   them with an :class:`~fedhet.plugins.aggregators.Aggregator`; :class:`PrivateUpdate` clips and noises them
@@ -14,13 +17,13 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 import torch
 from torch import Tensor
 
-from fedhet.core import ClientFailure, ClientUpdate, non_finite
+from fedhet.core import ClientFailure, ClientUpdate, ExpectedUpload, non_finite
 from fedhet.core.seeding import derive_seed
 from fedhet.plugins.aggregators import Aggregator
 from fedhet.plugins.privacy import UploadPrivacy
@@ -33,6 +36,36 @@ class UploadCheck(Protocol):
 
     def reject(self, update: ClientUpdate, seconds: float) -> ClientFailure | None:
         """Why ``update`` (trained in ``seconds`` of wall time) is left out, or ``None`` to admit it."""
+
+
+class DeclaredUpload:
+    """Rejects an upload that is not exactly what the server expects of its client (an ``"invalid"`` failure).
+
+    The first check of every trainer: whatever reaches a server step has the shared parameters of the client's
+    architecture (names, shapes, dtypes), exactly the statistics its method declares
+    (:meth:`~fedhet.modules.FederatedModule.upload_declaration`), a loss, and a sample count in ``[1, num_train]``.
+
+    Args:
+        expected: what the server admits from a client, by client id; raises ``KeyError`` for a client the
+            federation does not hold.
+        check_metric_names: also refuse training metrics the method does not declare (a deployed server).
+
+    """
+
+    def __init__(self, expected: Callable[[str], ExpectedUpload], check_metric_names: bool = False) -> None:
+        self.expected = expected
+        self.check_metric_names = check_metric_names
+
+    def reject(self, update: ClientUpdate, seconds: float) -> ClientFailure | None:
+        """An ``"invalid"`` failure naming the field at fault, or ``None``."""
+        try:
+            expected = self.expected(update.client_id)
+        except KeyError:
+            return ClientFailure(update.client_id, "invalid", "upload refused: the federation holds no such client")
+        reason = expected.mismatch(
+            update.shared, update.statistics, update.metrics, update.num_samples, self.check_metric_names
+        )
+        return None if reason is None else ClientFailure(update.client_id, "invalid", f"upload refused: {reason}")
 
 
 class FiniteUpload:
@@ -69,7 +102,10 @@ class TimeBudget:
 
 
 def upload_checks(client_time_budget_s: float | None) -> list[UploadCheck]:
-    """The checks of a trainer: finite uploads always, the time budget when one is set."""
+    """The checks of a trainer after :class:`DeclaredUpload` (which the client context adds first).
+
+    Finite uploads always, the time budget when one is set.
+    """
     checks: list[UploadCheck] = [FiniteUpload()]
     if client_time_budget_s is not None:
         checks.append(TimeBudget(client_time_budget_s))
