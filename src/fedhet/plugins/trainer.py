@@ -370,8 +370,11 @@ class FederatedTrainer:
             raise RuntimeError("FederatedTrainer: no Fabric yet; call fit, validate or test")
         return self.fabric
 
-    def _launch(self, model: LightningModule, version: int | None = None) -> None:
-        """Start Fabric's processes and bind the run's version folder (``version``, or a new one claimed by rank 0)."""
+    def _launch(self, model: LightningModule, version: int | None = None, run_folder: bool = True) -> None:
+        """Start Fabric's processes and bind the run's version folder (``version``, or a new one claimed by rank 0).
+
+        ``run_folder=False`` binds none (nothing of the run is written: no logger, no checkpoint).
+        """
         if not isinstance(model, LightningModule) or not isinstance(model, FederatedModuleProtocol):
             raise TypeError(
                 f"FederatedTrainer needs a LightningModule implementing the federated module contract"
@@ -391,22 +394,28 @@ class FederatedTrainer:
             retain_freed_memory()
         if self.fabric.world_size > 1:
             destroy_process_group_at_exit()
+        if not run_folder:
+            return
         if version is None:
             claimed = claim_version(self.default_root_dir) if self.fabric.is_global_zero else None
             version = self.fabric.broadcast(claimed)
         self.run.bind(cast(int, version))  # rank 0 claimed it, so every rank holds an int
 
-    def setup(self, model: LightningModule, datamodule: Any, stage: str = "fit") -> ClientContext:
+    def setup(
+        self, model: LightningModule, datamodule: Any, stage: str = "fit", run_folder: bool = True
+    ) -> ClientContext:
         """Launch Fabric, check the clients and initialise the server state, without running a round.
 
         ``fit``, ``validate`` and ``test`` call it; an adapter that drives clients itself (e.g. a Flower ClientApp)
-        calls it once and then :meth:`fit_clients` or ``context.evaluate``.
+        calls it once and then :meth:`fit_clients` or ``context.evaluate``. ``run_folder=False`` (for such an
+        adapter whose trainer logs and checkpoints nothing) claims no ``version_N`` folder; its client states stay in
+        memory (``client_state_budget_mb`` needs the folder to spill into).
 
         Returns:
             the :class:`~fedhet.plugins.context.ClientContext` of the run.
 
         """
-        self._launch(model)
+        self._launch(model, run_folder=run_folder)
         self._prepare(model, datamodule, stage)
         return self.context
 
@@ -449,6 +458,8 @@ class FederatedTrainer:
     def _new_store(self) -> ClientStore:
         """An empty client state store, spilling to this run and process's own folder past the memory budget."""
         self._store.close()  # releases the folder of the store it replaces
+        if self.client_state_budget_mb is None:  # all in memory: no folder needed (a trainer may bind none)
+            return ClientStore()
         spill_dir = self.run.spill_dir(self._fabric.global_rank)
         return ClientStore.with_budget(self.client_state_budget_mb, spill_dir, self.keep_client_state)
 

@@ -28,7 +28,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable
+from collections import OrderedDict
+from collections.abc import Hashable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -62,27 +63,84 @@ def _run_config(context: Context, key: str, default: Any) -> Any:
     return context.run_config.get(key, default)
 
 
+def _node_field(node: Mapping[str, Any], field: str, kind: type, example: str) -> Any:
+    """The node config's ``field`` (``None`` when absent), refused unless it is a ``kind``."""
+    value = node.get(field)
+    if value is None or (isinstance(value, kind) and not isinstance(value, bool) and value != ""):
+        return value
+    raise ValueError(
+        f"Flower node config: field '{field}' must be a {'string' if kind is str else 'whole number'}"
+        f" (e.g. --node-config '{example}'), got {value!r} ({type(value).__name__})"
+    )
+
+
+def client_of(node: Mapping[str, Any], datamodule: Any) -> str:
+    """Which client of ``datamodule`` a node is: its ``client-id``, else the client at its ``partition-id``.
+
+    Raises:
+        ValueError: neither field is set, one has the wrong type, or ``partition-id`` is out of range (the
+            ``client-id`` is checked against the data by :class:`~fedhet.integrations.flower.engine.NodeClient`).
+
+    """
+    client_id = _node_field(node, "client-id", str, 'client-id="client_000"')
+    position = _node_field(node, "partition-id", int, "partition-id=0")
+    if client_id is not None:
+        return client_id
+    if position is None:
+        raise ValueError("Flower node config: set field 'client-id' (or 'partition-id'): which client this node is")
+    datamodule.setup("fit")
+    client_ids = list(datamodule.client_ids)
+    if not 0 <= position < len(client_ids):
+        raise ValueError(
+            f"Flower node config: field 'partition-id' is {position}, out of range: the federation's data hold"
+            f" {len(client_ids)} clients (0 to {len(client_ids) - 1})"
+        )
+    return client_ids[position]
+
+
 def node_client(config: Path, context: Context) -> NodeClient:
     """The :class:`~fedhet.integrations.flower.engine.NodeClient` of this node's client, built from ``config``.
 
+    Its trainer logs, checkpoints and shows nothing and claims no run folder on the node.
+
     Raises:
-        ValueError: the node config names no client (neither ``client-id`` nor ``partition-id``), or one the data
-            do not hold.
+        ValueError: the node config names no client (neither ``client-id`` nor ``partition-id``), a field has the
+            wrong type, or names a client the data do not hold.
 
     """
-    args = [*split_args(str(_run_config(context, "fedhet-args", ""))), *CLIENT_ARGS]
     node = context.node_config
-    if "data-config" in node:
-        args += ["--data", str(node["data-config"])]
+    for field, example in (("client-id", 'client-id="client_000"'), ("partition-id", "partition-id=0")):
+        _node_field(node, field, str if field == "client-id" else int, example)  # refused before the costly build
+    data_config = _node_field(node, "data-config", str, 'data-config="/data/site_a/data.yaml"')
+    args = [*split_args(str(_run_config(context, "fedhet-args", ""))), *CLIENT_ARGS]
+    if data_config is not None:
+        args += ["--data", data_config]
     trainer, module, datamodule = load_run(config, args)
-    if "client-id" in node:
-        client_id = str(node["client-id"])
-    elif "partition-id" in node:
-        datamodule.setup("fit")
-        client_id = datamodule.client_ids[int(node["partition-id"])]
-    else:
-        raise ValueError("Flower node: node config needs 'client-id' (or 'partition-id'): which client this node is")
-    return NodeClient(trainer, module, datamodule, client_id)
+    return NodeClient(trainer, module, datamodule, client_of(node, datamodule))
+
+
+#: The node clients this process built, newest last: a process that serves several messages (a warm ClientApp
+#: process, :mod:`fedhet.integrations.flower.node`) builds each once per run instead of once per message.
+_CLIENTS: OrderedDict[Hashable, NodeClient] = OrderedDict()
+_KEPT_CLIENTS = 4
+
+
+def _frozen(config: Mapping[str, Any]) -> tuple:
+    return tuple(sorted((key, repr(value)) for key, value in config.items()))
+
+
+def cached_node_client(config: Path, context: Context) -> NodeClient:
+    """:func:`node_client`, built once per ``(config, run, node config, run config)`` in this process.
+
+    A built client is reused by the run's later messages (its state still comes with every message, from
+    ``Context.state``); the four most recently used are kept.
+    """
+    key = (str(config.resolve()), context.run_id, _frozen(context.node_config), _frozen(context.run_config))
+    client = _CLIENTS.pop(key, None) or node_client(config, context)
+    _CLIENTS[key] = client
+    while len(_CLIENTS) > _KEPT_CLIENTS:
+        _CLIENTS.popitem(last=False)
+    return client
 
 
 def make_client_app(config: str | Path) -> ClientApp:
@@ -100,11 +158,11 @@ def make_client_app(config: str | Path) -> ClientApp:
 
     @app.query()
     def describe(msg: Message, context: Context) -> Message:
-        return Message(encode_spec(node_client(config, context).spec), reply_to=msg)
+        return Message(encode_spec(cached_node_client(config, context).spec), reply_to=msg)
 
     @app.train()
     def train(msg: Message, context: Context) -> Message:
-        client = node_client(config, context)
+        client = cached_node_client(config, context)
         round_idx, payload, statistics, _ = decode_request(msg.content)
         result, state, seconds = client.fit(round_idx, payload, statistics, load_client_state(context.state))
         if state is not None:
@@ -115,7 +173,7 @@ def make_client_app(config: str | Path) -> ClientApp:
 
     @app.evaluate()
     def evaluate(msg: Message, context: Context) -> Message:
-        client = node_client(config, context)
+        client = cached_node_client(config, context)
         round_idx, payload, statistics, stage = decode_request(msg.content)
         result, state = client.evaluate(stage, round_idx, payload, statistics, load_client_state(context.state))
         save_client_state(context.state, state)

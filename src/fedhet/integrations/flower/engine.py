@@ -70,7 +70,8 @@ class NodeClient:
     """
 
     def __init__(self, trainer: FederatedTrainer, module: LightningModule, datamodule: Any, client_id: str) -> None:
-        self.context: ClientContext = trainer.setup(module, datamodule, "fit")
+        # a node's client logs and checkpoints nothing (the server does): no run folder is claimed on the node
+        self.context: ClientContext = trainer.setup(module, datamodule, "fit", run_folder=False)
         if client_id not in trainer.client_ids:
             raise ValueError(
                 f"Flower node: field 'client-id' is {client_id!r}, which the federation's data do not hold"
