@@ -41,11 +41,15 @@ TOLERANCES = {
 # small batches (8 rows, k = 8) amplifies float32 rounding until a float32 run is not a function of its maths (the
 # sequential path alone, float32 against float64: personal parameters 0.76 apart after three rounds), so two float32
 # runs agree or not by chance; in float64 both paths agree to 1e-12.
+# Re-alignment is compared in float64 only too: its extra alignment epoch at a pre-training batch of 5 rows amplifies
+# float32 summation-order differences by an amount that depends on the CPU's kernels (on one machine 2.3e-4 on a
+# shared bias after three rounds, 20x the float32 tolerance; 0 on another); in float64 both paths agree to 1e-12.
+FLOAT64_ONLY = ("learned-covariance", "hl-realign")
 PAIRS = [
     pytest.param(case, dtype, id=f"{str(dtype).removeprefix('torch.')}-{case}")
     for dtype in TOLERANCES
     for case in CASES
-    if not (case == "learned-covariance" and dtype is torch.float32)
+    if not (case in FLOAT64_ONLY and dtype is torch.float32)
 ]
 
 
