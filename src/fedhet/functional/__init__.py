@@ -1,6 +1,13 @@
 """Pure maths of federated learning on heterogeneous clients: torch functions, no Lightning."""
 
-from fedhet.functional.aggregation import weighted_mean, weighted_mean_compute, weighted_mean_update
+from fedhet.functional.aggregation import (
+    coordinate_median,
+    trim_count,
+    trimmed_mean,
+    weighted_mean,
+    weighted_mean_compute,
+    weighted_mean_update,
+)
 from fedhet.functional.anchors import (
     anchor_sample_ce,
     draws_by_class,
@@ -103,6 +110,7 @@ __all__ = [
     "clip_by_global_norm",
     "collaboration_matrix",
     "combination_weights",
+    "coordinate_median",
     "dictionary_loss",
     "dirichlet_label_skew",
     "dominant_class_sets",
@@ -157,6 +165,8 @@ __all__ = [
     "tangent_vectors",
     "transport_plan",
     "trial_covariances",
+    "trim_count",
+    "trimmed_mean",
     "unstack_states",
     "wasserstein_barycenter",
     "wasserstein_cost",

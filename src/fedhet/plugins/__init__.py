@@ -1,7 +1,7 @@
 """The Fabric-driven federation engine: round loop, sampling, aggregation, client state, checkpoints, upload privacy."""
 
 from fedhet.core import ClientState, ClientUpdate, FederatedModuleProtocol, LocalPhase, ServerState
-from fedhet.plugins.aggregators import Aggregator, WeightedMean
+from fedhet.plugins.aggregators import Aggregator, CoordinateMedian, TrimmedMean, WeightedMean
 from fedhet.plugins.privacy import UploadPrivacy
 from fedhet.plugins.sampling import ClientSampler, FullParticipation, UniformSampler
 from fedhet.plugins.trainer import FederatedTrainer
@@ -11,11 +11,13 @@ __all__ = [
     "ClientSampler",
     "ClientState",
     "ClientUpdate",
+    "CoordinateMedian",
     "FederatedModuleProtocol",
     "FederatedTrainer",
     "FullParticipation",
     "LocalPhase",
     "ServerState",
+    "TrimmedMean",
     "UniformSampler",
     "UploadPrivacy",
     "WeightedMean",

@@ -61,5 +61,6 @@ def check_trainer_arguments(
     if privacy is not None and aggregator is not None:
         raise ValueError(
             "FederatedTrainer: field 'aggregator' must be unset when 'privacy' is set: the private aggregate is a"
-            " uniform mean of clipped updates plus noise"
+            " uniform mean of clipped updates plus noise calibrated to that mean, and another aggregator (a median,"
+            " a trimmed mean) would not have the guarantee 'privacy/epsilon' reports"
         )
