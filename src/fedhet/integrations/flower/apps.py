@@ -14,10 +14,15 @@ Messages (``group_id`` is the round): ``query`` asks a node for its client's des
 round, the client's payload (its shared and personalised parameters) and the broadcast statistics, and is answered by
 the client's upload; ``evaluate`` carries the same and is answered by the client's metrics on one split.
 
-Node config (``flower-supernode --node-config``): ``client-id`` names the node's client in the federation
-(``partition-id``, set by Flower's simulation runtime, picks the client by position instead); ``data-config``
-optionally names a YAML file with the node's own ``data`` section (``class_path``/``init_args`` of a federated
-datamodule that holds the client), in place of the config's. Run config (``[tool.flwr.app.config]``, overridden by
+Node config (``flower-supernode --node-config``): ``client-id``, a string, names the node's client in the federation
+(``partition-id``, set by Flower's simulation runtime, picks the client by position instead: a whole number from 0
+to the number of clients - 1; ``client-id`` wins when both are set); ``data-config`` optionally names a YAML file
+with the node's own ``data`` section (``class_path``/``init_args`` of a federated datamodule that holds the client),
+in place of the config's. A field of the wrong type, out of range or naming a client the data do not hold is refused
+with a message naming it (:func:`client_of`). A node's trainer logs, checkpoints and shows nothing
+(:data:`CLIENT_ARGS`) and claims no run folder; a process that serves several messages (the warm ClientApp process
+of :mod:`~fedhet.integrations.flower.node`) builds the node's client once per run (:func:`cached_node_client`). Run
+config (``[tool.flwr.app.config]``, overridden by
 ``flwr run --run-config``): ``fedhet-args``, ``fedhet fit`` overrides applied on the server and every client alike
 (e.g. ``"--trainer.rounds 3"``); ``num-clients``, how many nodes to wait for (0: the config's
 ``declared_num_clients``); ``wait-s``, how long to wait for them; ``reply-timeout-s``, how long a round waits for
