@@ -36,7 +36,14 @@ from fedhet.core.state import (
     num_bytes,
     to_cpu,
 )
-from fedhet.core.uploads import ENGINE_METRICS, ExpectedUpload, TensorSpec, UploadDeclaration, tensors_mismatch
+from fedhet.core.uploads import (
+    ENGINE_METRICS,
+    ExpectedUpload,
+    InvalidUploadError,
+    TensorSpec,
+    UploadDeclaration,
+    tensors_mismatch,
+)
 
 __all__ = [
     "ENGINE_METRICS",
@@ -51,6 +58,7 @@ __all__ = [
     "Federation",
     "FederationHooks",
     "FederatedModuleProtocol",
+    "InvalidUploadError",
     "LocalPhase",
     "LocalTraining",
     "PenalisedModule",

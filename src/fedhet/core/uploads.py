@@ -16,6 +16,11 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+
+class InvalidUploadError(ValueError):
+    """An upload or reply that is not what the server expects of the client; the message names the field."""
+
+
 #: Training metrics every upload carries: the mean loss of the client's steps and their number.
 ENGINE_METRICS = frozenset({"loss", "steps"})
 

@@ -26,7 +26,9 @@ config (``[tool.flwr.app.config]``, overridden by
 ``flwr run --run-config``): ``fedhet-args``, ``fedhet fit`` overrides applied on the server and every client alike
 (e.g. ``"--trainer.rounds 3"``); ``num-clients``, how many nodes to wait for (0: the config's
 ``declared_num_clients``); ``wait-s``, how long to wait for them; ``reply-timeout-s``, how long a round waits for
-replies (0: no limit).
+replies (600 s by default; 0: no limit); ``max-message-mb``, the most MiB of tensors a reply may carry (512);
+``max-input-features``, ``max-classes``, ``max-samples``, the bounds of a client's description
+(:class:`~fedhet.core.SpecLimits`). The server checks every reply (:class:`~.engine.RemoteRunner`).
 """
 
 from __future__ import annotations
@@ -34,15 +36,15 @@ from __future__ import annotations
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Hashable, Iterable, Mapping
+from collections.abc import Hashable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flwr.app import Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 
-from fedhet.core import ClientFailure
+from fedhet.core import ClientFailure, ClientSpec, InvalidUploadError, SpecLimits
 from fedhet.integrations.flower.engine import NodeClient, RemoteFederation, RemoteRunner, Request, load_run, split_args
 from fedhet.integrations.flower.records import (
     decode_evaluation,
@@ -58,7 +60,15 @@ from fedhet.integrations.flower.records import (
     save_client_state,
 )
 
+if TYPE_CHECKING:
+    from fedhet.plugins.trainer import FederatedTrainer
+
 log = logging.getLogger(__name__)
+
+#: How long a round waits for its clients' replies by default (run config ``reply-timeout-s``; 0: no deadline).
+REPLY_TIMEOUT_S = 600.0
+#: The most MiB of tensors a node's reply may carry by default (run config ``max-message-mb``).
+MAX_MESSAGE_MB = 512.0
 
 #: Overrides of every client's trainer: it logs, checkpoints and shows nothing (the server does).
 CLIENT_ARGS = ("--trainer.logger", "false", "--trainer.enable_progress_bar", "false", "--trainer.checkpoint_every", "0")
@@ -188,12 +198,18 @@ def make_client_app(config: str | Path) -> ClientApp:
 
 
 class _Remote:
-    """Sends a round's requests to the clients' nodes through the grid and collects their replies, by client."""
+    """Sends a round's requests to the clients' nodes through the grid and collects their replies, by client.
 
-    def __init__(self, grid: Grid, nodes: dict[str, int], timeout: float | None) -> None:
+    Each reply is decoded on its own, inside a guard: a malformed one (:func:`~.records.decode_update` raises) becomes
+    that client's :class:`~fedhet.core.InvalidUploadError`, a reply from a node that was not asked is dropped, and a
+    node that does not answer by the round's deadline gets a ``TimeoutError``.
+    """
+
+    def __init__(self, grid: Grid, nodes: dict[str, int], timeout: float | None, max_bytes: int) -> None:
         self.grid = grid
         self.nodes = nodes
         self.timeout = timeout
+        self.max_bytes = max_bytes
 
     def __call__(self, kind: str, round_idx: int, requests: dict[str, Request]) -> dict[str, Any]:
         messages = []
@@ -201,58 +217,152 @@ class _Remote:
             content = encode_request(round_idx, payload, statistics, "fit" if kind == "train" else kind)
             message_type = "train" if kind == "train" else "evaluate"
             messages.append(Message(content, self.nodes[cid], message_type, group_id=str(round_idx)))
-        clients = {node: cid for cid, node in self.nodes.items()}
+        asked = {self.nodes[cid]: cid for cid in requests}  # the server decides whom a reply is from: the node asked
         replies: dict[str, Any] = {
             cid: TimeoutError(f"no reply within reply-timeout-s={self.timeout}") for cid in requests
         }
+        answered: set[str] = set()
         for reply in self.grid.send_and_receive(messages, timeout=self.timeout):
-            cid = clients[reply.metadata.src_node_id]
-            replies[cid] = self._decode(kind, reply)
+            sender = asked.get(reply.metadata.src_node_id)
+            if sender is None or sender in answered:
+                log.warning("round %d: dropped a reply from Flower node %s, which was not asked (or answered twice)",
+                            round_idx, reply.metadata.src_node_id)  # fmt: skip
+                continue
+            answered.add(sender)
+            replies[sender] = self._decode(kind, reply)
         return replies
 
-    @staticmethod
-    def _decode(kind: str, reply: Message) -> Any:
-        if reply.has_error():
-            return RuntimeError(f"the client's node answered with an error: {reply.error.reason}")
-        return decode_update(reply.content) if kind == "train" else decode_evaluation(reply.content)
+    def _decode(self, kind: str, reply: Message) -> Any:
+        try:
+            if reply.has_error():
+                return RuntimeError(f"the client's node answered with an error: {str(reply.error.reason)[:500]}")
+            if kind == "train":
+                return decode_update(reply.content, self.max_bytes)
+            return decode_evaluation(reply.content)
+        except Exception as err:  # a malformed reply fails its client, never the server
+            return err if isinstance(err, InvalidUploadError) else InvalidUploadError(f"{type(err).__name__}: {err}")
 
 
-def connect_clients(grid: Grid, expected: int, wait_s: float) -> tuple[dict[str, int], dict[str, Any]]:
-    """Wait until ``expected`` nodes are connected, ask each for its client: ``({client: node}, {client: spec})``.
+class _Seats:
+    """The federation's clients as the nodes describe them: one seat per client, refused nodes named with why."""
+
+    def __init__(self) -> None:
+        self.nodes: dict[str, int] = {}
+        self.specs: dict[str, ClientSpec] = {}
+        self.refused: dict[int, str] = {}
+        self.contested: set[str] = set()
+
+    def asked(self) -> set[int]:
+        """The nodes already seated or refused."""
+        return set(self.nodes.values()) | set(self.refused)
+
+    def refuse(self, node: int, why: str) -> None:
+        """Give ``node`` no seat, and say why in the log."""
+        self.refused[node] = why
+        log.warning("Flower node %s refused: %s", node, why)
+
+    def seat(self, node: int, spec: ClientSpec) -> None:
+        """Give ``node`` its client's seat, unless another node claims that client: then neither keeps it."""
+        cid = spec.client_id
+        if cid in self.nodes or cid in self.contested:
+            self.contested.add(cid)
+            self.specs.pop(cid, None)
+            other = self.nodes.pop(cid, None)
+            for claimant in (other, node):
+                if claimant is not None:
+                    self.refuse(claimant, f"claims client {cid!r}, as another node does: neither takes part")
+            return
+        self.nodes[cid], self.specs[cid] = node, spec
+
+
+def connect_clients(
+    grid: Grid, expected: int, wait_s: float, limits: SpecLimits | None = None
+) -> tuple[dict[str, int], dict[str, ClientSpec]]:
+    """Wait until ``expected`` nodes have described their clients acceptably: ``({client: node}, {client: spec})``.
+
+    Each connected node is asked once for its client's description, which is checked field by field
+    (:func:`~.records.decode_spec`, within ``limits``). A node whose description is refused, or that does not answer,
+    is named in the log and takes no seat; two nodes that claim one client both lose it (neither can be told to be
+    the real one). Nodes that connect later are asked in turn, until ``expected`` clients are described or ``wait_s``
+    has passed.
 
     Raises:
-        TimeoutError: fewer than ``expected`` nodes within ``wait_s`` seconds.
-        ValueError: a node failed to describe its client, or two nodes claim the same client.
+        TimeoutError: fewer than ``expected`` clients described within ``wait_s`` seconds, naming the refused nodes.
 
     """
     deadline = time.monotonic() + wait_s
-    node_ids = list(grid.get_node_ids())
-    log.info("waiting for %d Flower nodes (%d connected)", expected, len(node_ids))
-    while len(node_ids) < expected:
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{len(node_ids)} of {expected} Flower nodes connected within wait-s={wait_s}")
-        time.sleep(0.5)
-        node_ids = list(grid.get_node_ids())
-    queries = [Message(RecordDict(), node, "query", group_id="describe") for node in node_ids]
-    nodes: dict[str, int] = {}
-    specs: dict[str, Any] = {}
-    for reply in _all(grid.send_and_receive(queries, timeout=wait_s), len(queries)):
-        node = reply.metadata.src_node_id
-        if reply.has_error():
-            raise ValueError(f"Flower node {node} could not describe its client: {reply.error.reason}")
-        spec = decode_spec(reply.content)
-        if spec.client_id in nodes:
-            raise ValueError(f"Flower nodes {nodes[spec.client_id]} and {node} both claim client '{spec.client_id}'")
-        nodes[spec.client_id], specs[spec.client_id] = node, spec
-    log.info("Flower nodes of the federation: %s", ", ".join(f"{cid} on node {n}" for cid, n in sorted(nodes.items())))
-    return nodes, specs
+    seats = _Seats()
+    log.info("waiting for %d Flower nodes", expected)
+    while len(seats.specs) < expected:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            reasons = "; ".join(f"node {node}: {why}" for node, why in seats.refused.items()) or "none refused"
+            described = len(seats.specs)
+            raise TimeoutError(f"{described} of {expected} Flower clients described within wait-s={wait_s} ({reasons})")
+        new = [node for node in grid.get_node_ids() if node not in seats.asked()]
+        if not new:
+            time.sleep(min(0.5, remaining))
+            continue
+        queries = [Message(RecordDict(), node, "query", group_id="describe") for node in new]
+        answered = set()
+        for reply in grid.send_and_receive(queries, timeout=max(remaining, 1.0)):
+            node = reply.metadata.src_node_id
+            if node not in new or node in answered:
+                continue
+            answered.add(node)
+            try:
+                if reply.has_error():
+                    raise InvalidUploadError(f"it answered with an error: {str(reply.error.reason)[:500]}")
+                spec = decode_spec(reply.content, f"Flower node {node}", limits)
+            except Exception as err:  # a node's description is untrusted: it costs that node its seat, nothing more
+                seats.refuse(node, str(err))
+                continue
+            seats.seat(node, spec)
+        for node in set(new) - answered:
+            seats.refuse(node, "no description in time")
+    pairs = ", ".join(f"{cid} on node {n}" for cid, n in sorted(seats.nodes.items()))
+    log.info("Flower nodes of the federation: %s", pairs)
+    return seats.nodes, seats.specs
 
 
-def _all(replies: Iterable[Message], expected: int) -> list[Message]:
-    replies = list(replies)
-    if len(replies) < expected:
-        raise TimeoutError(f"{len(replies)} of {expected} Flower nodes described their client in time")
-    return replies
+def _positive(run_config: Mapping[str, Any], key: str, default: float) -> float:
+    """A run-config number that must be ``>= 0``, refused in one line naming the key."""
+    value = run_config.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise ValueError(f"Flower run config: field '{key}' must be a number >= 0, got {value!r}")
+    return float(value)
+
+
+def server_limits(run_config: Mapping[str, Any]) -> tuple[SpecLimits, int]:
+    """What the server admits from a node, from the run config: description limits and a reply's bytes of tensors."""
+    defaults = SpecLimits()
+    limits = SpecLimits(
+        max_features=int(_positive(run_config, "max-input-features", defaults.max_features)),
+        max_classes=int(_positive(run_config, "max-classes", defaults.max_classes)),
+        max_samples=int(_positive(run_config, "max-samples", defaults.max_samples)),
+    )
+    return limits, int(_positive(run_config, "max-message-mb", MAX_MESSAGE_MB) * 2**20)
+
+
+def serve(config: Path, grid: Grid, run_config: Mapping[str, Any]) -> FederatedTrainer:
+    """The server's whole run: build the federation from ``config``, seat the nodes' clients, train; the trainer.
+
+    Args:
+        config: the federation's ``fedhet fit`` YAML config.
+        grid: Flower's grid, through which the server reaches the nodes.
+        run_config: the run config (``fedhet-args``, ``num-clients``, ``wait-s``, ``reply-timeout-s``, the limits).
+
+    """
+    trainer, module, datamodule = load_run(config, split_args(str(run_config.get("fedhet-args", ""))))
+    expected = int(_positive(run_config, "num-clients", 0)) or datamodule.declared_num_clients
+    if not expected:
+        raise ValueError("Flower run config: set 'num-clients' (the config's data do not declare their number)")
+    limits, max_bytes = server_limits(run_config)
+    nodes, specs = connect_clients(grid, expected, _positive(run_config, "wait-s", 600), limits)
+    timeout = _positive(run_config, "reply-timeout-s", REPLY_TIMEOUT_S) or None
+    trainer.runner = RemoteRunner(_Remote(grid, nodes, timeout, max_bytes))
+    trainer.fit(module, RemoteFederation(specs))
+    return trainer
 
 
 def make_server_app(config: str | Path) -> ServerApp:
@@ -270,13 +380,6 @@ def make_server_app(config: str | Path) -> ServerApp:
 
     @app.main()
     def main(grid: Grid, context: Context) -> None:
-        trainer, module, datamodule = load_run(config, split_args(str(_run_config(context, "fedhet-args", ""))))
-        expected = int(_run_config(context, "num-clients", 0)) or datamodule.declared_num_clients
-        if not expected:
-            raise ValueError("Flower run config: set 'num-clients' (the config's data do not declare their number)")
-        nodes, specs = connect_clients(grid, expected, float(_run_config(context, "wait-s", 600)))
-        timeout = float(_run_config(context, "reply-timeout-s", 0)) or None
-        trainer.runner = RemoteRunner(_Remote(grid, nodes, timeout))
-        trainer.fit(module, RemoteFederation(specs))
+        serve(config, grid, context.run_config)
 
     return app

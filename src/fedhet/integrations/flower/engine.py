@@ -22,9 +22,19 @@ from lightning.pytorch import LightningModule
 from torch import Tensor
 
 from fedhet.cli import FederatedCLI
-from fedhet.core import ClientFailure, ClientSpec, ClientState, ClientUpdate, RoundUploads, ServerState, num_bytes
+from fedhet.core import (
+    ClientFailure,
+    ClientSpec,
+    ClientState,
+    ClientUpdate,
+    InvalidUploadError,
+    RoundUploads,
+    ServerState,
+    num_bytes,
+)
 from fedhet.plugins.context import ClientContext, ClientEvaluation
 from fedhet.plugins.hooks import CallbackHooks
+from fedhet.plugins.policies import DeclaredUpload
 from fedhet.plugins.runners import ClientRunner
 from fedhet.plugins.trainer import FederatedTrainer
 
@@ -194,7 +204,10 @@ class RemoteClient:
 #: ``remote(kind, round_idx, requests) -> replies``: ``kind`` is ``"train"`` or a split (``"val"``, ``"test"``),
 #: ``requests`` maps each client to its :data:`Request`; a reply is ``(ClientUpdate, seconds)`` or a
 #: :class:`~fedhet.core.ClientFailure` for training, a :class:`~fedhet.plugins.context.ClientEvaluation` or ``None``
-#: (no such split) for evaluation, or an ``Exception`` saying why the node gave no answer.
+#: (no such split) for evaluation, or an ``Exception`` saying why the node gave no usable answer
+#: (:class:`~fedhet.core.InvalidUploadError`: a malformed reply; ``TimeoutError``: none in time). A client missing
+#: from the replies gave none. Every reply is untrusted: :class:`RemoteRunner` checks it against what the server
+#: expects.
 Remote = Callable[[str, int, dict[str, Request]], dict[str, Any]]
 
 
@@ -204,16 +217,88 @@ def request_for(context: ClientContext, client_id: str) -> Request:
     return server.payload_for(client_id, context.slot(client_id).shared), server.statistics
 
 
+def _no_answer(client_id: str, err: Exception) -> ClientFailure:
+    """The failure of a client whose node gave no usable answer."""
+    if isinstance(err, InvalidUploadError):
+        return ClientFailure(client_id, "invalid", f"reply refused: {err}")
+    if isinstance(err, TimeoutError):
+        return ClientFailure(client_id, "straggler", f"no reply in time: {err}")
+    return ClientFailure.from_error(client_id, err)
+
+
+def training_reply(client_id: str, reply: object, check: DeclaredUpload) -> tuple[ClientUpdate, float] | ClientFailure:
+    """A node's training reply for ``client_id`` as the server admits it, or the client's failure.
+
+    The client is the one whose node was asked: a reply naming another client is refused; an upload must pass
+    ``check`` (the method's shared parameters and declared statistics, names, shapes and dtypes, a sample count within
+    the client's declared ``num_train``, only the training metrics the method logs).
+    """
+    if isinstance(reply, Exception):
+        return _no_answer(client_id, reply)
+    if isinstance(reply, ClientFailure):
+        if reply.client_id != client_id:
+            return ClientFailure(client_id, "invalid", f"reply refused: its failure names client {reply.client_id!r}")
+        return ClientFailure(client_id, reply.kind, f"failed on its node: {reply.reason}")
+    if not (isinstance(reply, tuple) and len(reply) == 2 and isinstance(reply[0], ClientUpdate)):
+        return ClientFailure(client_id, "invalid", f"reply refused: a {type(reply).__name__}, not an upload")
+    update, seconds = reply
+    if update.client_id != client_id:
+        return ClientFailure(client_id, "invalid", f"reply refused: field 'client_id' is {update.client_id!r}")
+    return check.reject(update, float(seconds)) or (update, float(seconds))
+
+
+def evaluation_reply(context: ClientContext, client_id: str, stage: str, reply: object) -> ClientEvaluation | None:
+    """A node's evaluation of ``client_id`` on its ``stage`` split as the server admits it.
+
+    Its metrics must be exactly the method's evaluation metrics for the client, its sample count within the split the
+    client's description declares (``None``, no evaluation, only where that split is empty); the metrics' directions
+    are the server's.
+
+    Raises:
+        InvalidUploadError: naming the field that is not what the server expects.
+        Exception: the node's own failure (``reply`` itself).
+
+    """
+    if isinstance(reply, Exception):
+        raise reply
+    spec = context.specs[client_id]
+    declared = spec.num_val if stage == "val" else spec.num_test
+    if reply is None:
+        if declared:
+            raise InvalidUploadError(f"no {stage} evaluation, but the client declares {declared} {stage} samples")
+        return None
+    if not isinstance(reply, ClientEvaluation):
+        raise InvalidUploadError(f"a {type(reply).__name__}, not an evaluation")
+    metrics = context.slot(client_id).module.evaluation_metrics(stage)
+    names = set(metrics.keys())
+    if set(reply.metrics) != names:
+        odd = sorted(set(reply.metrics) ^ names)[0]
+        raise InvalidUploadError(
+            f"metric '{odd[:80]}' is {'not one the method computes' if odd in reply.metrics else 'missing'}"
+        )
+    if isinstance(reply.num_samples, bool) or not isinstance(reply.num_samples, int):
+        raise InvalidUploadError(f"field 'num_samples' is a {type(reply.num_samples).__name__}")
+    if not 1 <= reply.num_samples <= declared:
+        raise InvalidUploadError(f"field 'num_samples' is {reply.num_samples}, expected an integer in [1, {declared}]")
+    directions = {name: bool(metric.higher_is_better) for name, metric in metrics.items()}
+    return ClientEvaluation(
+        {name: float(value) for name, value in reply.metrics.items()}, reply.num_samples, directions
+    )
+
+
 class RemoteRunner(ClientRunner):
     """A client runner whose clients train and evaluate on their own machines, reached through ``remote``.
 
     Set as a :class:`~fedhet.plugins.FederatedTrainer` 's ``runner`` on the server, it leaves the round to the engine
     (sampling, aggregation by parameter name, the method's server-side callbacks, privacy, the failure budget,
     evaluation summaries, logging, checkpoints of the server state) and sends each round's clients their payloads at
-    once. Uploads pass the engine's upload checks again on the server. A client that fails on its node, answers with
-    an error or not in time is left out of the round (``clients/failed``) or of the evaluation
-    (``clients/<stage>_failed``), as a failing client is in the simulation. The server's checkpoint holds no client's
-    personal state: it stays on the clients.
+    once. Every reply is untrusted input, checked for each client on its own (:func:`training_reply`,
+    :func:`evaluation_reply`): a client whose node fails, answers with an error, not in time, or with anything the
+    server does not expect (another client's id, names, shapes or dtypes other than the method's, a sample count
+    beyond its declared one, metrics the method does not log) is left out of the round (``clients/failed``) or of the
+    evaluation (``clients/<stage>_failed``), named in the log with the field at fault, as a failing client is in the
+    simulation; only the failure budget ends the run. Admitted uploads then pass the engine's upload checks. The
+    server's checkpoint holds no client's personal state: it stays on the clients.
 
     Args:
         remote: sends the requests of a round and returns the replies by client (:data:`Remote`).
@@ -227,18 +312,19 @@ class RemoteRunner(ClientRunner):
         """Send the round's clients their payloads and admit their uploads; failed clients are recorded."""
         requests = {cid: request_for(context, cid) for cid in client_ids}
         replies = self.remote("train", round_idx, requests)
+        check = DeclaredUpload(context.expected_upload, check_metric_names=True)
         uploads = RoundUploads()
         for cid in client_ids:
-            reply = replies[cid]
-            if isinstance(reply, Exception):
-                uploads.failures.append(ClientFailure.from_error(cid, reply))
-            elif isinstance(reply, ClientFailure):
-                uploads.failures.append(reply)
-            else:
-                update, seconds = reply
-                payload, statistics = requests[cid]
-                bytes_down = num_bytes(payload) + num_bytes(statistics)
-                context.admit(update, ClientState({}), bytes_down, seconds, uploads)
+            try:
+                admitted = training_reply(cid, replies.get(cid, TimeoutError("no reply")), check)
+            except Exception as err:  # whatever a node sent, it must not take the server down
+                admitted = ClientFailure(cid, "invalid", f"reply refused: {type(err).__name__}: {err}")
+            if isinstance(admitted, ClientFailure):
+                uploads.failures.append(admitted)
+                continue
+            update, seconds = admitted
+            payload, statistics = requests[cid]
+            context.admit(update, ClientState({}), num_bytes(payload) + num_bytes(statistics), seconds, uploads)
         return uploads
 
     def evaluate(
@@ -249,10 +335,13 @@ class RemoteRunner(ClientRunner):
         evaluations: dict[str, ClientEvaluation] = {}
         failed: list[str] = []
         for cid in client_ids:
-            reply = replies[cid]
-            if isinstance(reply, Exception):
-                log.warning("round %d: client '%s' left out of the %s evaluation: %s", round_idx, cid, stage, reply)
+            try:
+                evaluation = evaluation_reply(context, cid, stage, replies.get(cid, TimeoutError("no reply")))
+            except Exception as err:  # whatever a node sent, it must not take the server down
+                reason = _no_answer(cid, err).reason
+                log.warning("round %d: client '%s' left out of the %s evaluation: %s", round_idx, cid, stage, reason)
                 failed.append(cid)
-            elif reply is not None:
-                evaluations[cid] = reply
+                continue
+            if evaluation is not None:
+                evaluations[cid] = evaluation
         return evaluations, failed

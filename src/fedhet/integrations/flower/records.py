@@ -3,13 +3,19 @@
 Tensors travel as ``ArrayRecord`` s (name-keyed, dtype and shape kept, bit for bit), scalars as ``MetricRecord`` s and
 ``ConfigRecord`` s; no pickle crosses the network. A client's own state (personal tensors, kept optimizer state) is
 saved in its node's ``Context.state`` with ``torch.save`` and read back with ``weights_only=True``.
+
+What a node sends the server is untrusted: the server's decoders (:func:`decode_update`, :func:`decode_evaluation`,
+:func:`decode_spec`) check every record and field they read (its presence, type and range, the bytes of its tensors
+before any is built) and raise :class:`~fedhet.core.InvalidUploadError` naming the field; what the values mean for
+the federation (which client, which names and shapes) is checked by the server's runner
+(:class:`~fedhet.integrations.flower.engine.RemoteRunner`).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import io
 import json
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -17,12 +23,61 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 from torch import Tensor
 
-from fedhet.core import ClientFailure, ClientSpec, ClientState, ClientUpdate
+from fedhet.core import (
+    FAILURE_KINDS,
+    ClientFailure,
+    ClientSpec,
+    ClientState,
+    ClientUpdate,
+    InvalidUploadError,
+    SpecLimits,
+)
 from fedhet.plugins.context import ClientEvaluation
 
 _PAYLOAD, _STATISTICS, _SHARED, _METRICS, _CONFIG = "payload", "statistics", "shared", "metrics", "config"
 _FAILURE = "failure"
 _CLIENT_STATE = "fedhet.client_state"
+_REASON_CHARS = 500  # of a node's failure reason, kept for the log
+
+
+def _record(records: Mapping[str, Any], name: str, what: str) -> Any:
+    if name not in records:
+        raise InvalidUploadError(f"{what} record '{name}' is missing")
+    return records[name]
+
+
+def _field(config: Mapping[str, Any], name: str, kind: type | tuple[type, ...]) -> Any:
+    """``config[name]`` if it is of type ``kind`` (a bool is no number here)."""
+    if name not in config:
+        raise InvalidUploadError(f"field '{name}' is missing")
+    value = config[name]
+    if isinstance(value, bool) or not isinstance(value, kind):
+        raise InvalidUploadError(f"field '{name}' is a {type(value).__name__}")
+    return value
+
+
+def _numbers(record: Mapping[str, Any]) -> dict[str, float]:
+    """The scalar metrics of a ``MetricRecord`` (lists of values are refused)."""
+    values = {}
+    for name, value in record.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise InvalidUploadError(f"metric '{name}' is a {type(value).__name__}, expected a number")
+        values[name] = float(value)
+    return values
+
+
+def reply_bytes(content: RecordDict) -> int:
+    """Bytes of the tensor data a message carries (as serialised), counted before any tensor is built."""
+    return sum(len(array.data) for record in content.array_records.values() for array in record.values())
+
+
+def _checked_tensors(content: RecordDict, name: str, max_bytes: int) -> dict[str, Tensor]:
+    size = reply_bytes(content)
+    if size > max_bytes:
+        raise InvalidUploadError(
+            f"the reply carries {size} bytes of tensors, over the limit of {max_bytes} (max-message-mb)"
+        )
+    return _tensors(_record(content.array_records, name, "array"))
 
 
 def _arrays(tensors: Mapping[str, Tensor]) -> ArrayRecord:
@@ -88,23 +143,36 @@ def encode_failure(failure: ClientFailure) -> RecordDict:
     )
 
 
-def decode_update(content: RecordDict) -> tuple[ClientUpdate, float] | ClientFailure:
-    """``(update, seconds)`` of :func:`encode_update`, or the failure of :func:`encode_failure`."""
+def decode_update(content: RecordDict, max_bytes: int = 2**62) -> tuple[ClientUpdate, float] | ClientFailure:
+    """``(update, seconds)`` of :func:`encode_update`, or the failure of :func:`encode_failure`.
+
+    Args:
+        content: the reply.
+        max_bytes: the most bytes of tensor data the reply may carry.
+
+    Raises:
+        InvalidUploadError: naming the record or field that is missing, of a wrong type or out of range.
+
+    """
     if _FAILURE in content.config_records:
         failure = content.config_records[_FAILURE]
-        kind = str(failure["kind"])
-        if kind not in ("error", "non_finite", "straggler"):
-            raise ValueError(f"Flower reply: unknown failure kind {kind!r}")
-        return ClientFailure(str(failure["client_id"]), kind, str(failure["reason"]))  # type: ignore[arg-type]
-    config = content.config_records[_CONFIG]
+        kind = _field(failure, "kind", str)
+        if kind not in FAILURE_KINDS:
+            raise InvalidUploadError(f"field 'kind' is {kind[:40]!r}, not one of {FAILURE_KINDS}")
+        reason = _field(failure, "reason", str)[:_REASON_CHARS]
+        return ClientFailure(_field(failure, "client_id", str), kind, reason)
+    config = _record(content.config_records, _CONFIG, "config")
+    seconds = float(_field(config, "seconds", (int, float)))
+    if not 0 <= seconds < math.inf:
+        raise InvalidUploadError(f"field 'seconds' is {seconds}, expected a duration")
     update = ClientUpdate(
-        client_id=str(config["client_id"]),
-        num_samples=int(config["num_samples"]),  # type: ignore[arg-type]
-        shared=_tensors(content.array_records[_SHARED]),
-        statistics=_tensors(content.array_records[_STATISTICS]),
-        metrics={name: float(value) for name, value in content.metric_records[_METRICS].items()},  # type: ignore[arg-type]
+        client_id=_field(config, "client_id", str),
+        num_samples=_field(config, "num_samples", int),
+        shared=_checked_tensors(content, _SHARED, max_bytes),
+        statistics=_checked_tensors(content, _STATISTICS, max_bytes),
+        metrics=_numbers(_record(content.metric_records, _METRICS, "metric")),
     )
-    return update, float(config["seconds"])  # type: ignore[arg-type]
+    return update, seconds
 
 
 def encode_evaluation(evaluation: ClientEvaluation | None) -> RecordDict:
@@ -121,25 +189,47 @@ def encode_evaluation(evaluation: ClientEvaluation | None) -> RecordDict:
 
 
 def decode_evaluation(content: RecordDict) -> ClientEvaluation | None:
-    """The evaluation of :func:`encode_evaluation`."""
-    if _METRICS not in content.metric_records:
+    """The evaluation of :func:`encode_evaluation`: its metrics and sample count.
+
+    The metrics' directions are the server's own: what a node says of them is not read.
+
+    Raises:
+        InvalidUploadError: naming the record or field that is missing or of a wrong type.
+
+    """
+    if not len(content):
         return None
-    config = content.config_records[_CONFIG]
-    values = {name: float(value) for name, value in content.metric_records[_METRICS].items()}  # type: ignore[arg-type]
-    return ClientEvaluation(values, int(config["num_samples"]), json.loads(str(config["directions"])))  # type: ignore[arg-type]
+    values = _numbers(_record(content.metric_records, _METRICS, "metric"))
+    num_samples = _field(_record(content.config_records, _CONFIG, "config"), "num_samples", int)
+    return ClientEvaluation(values, num_samples, {})
 
 
 def encode_spec(spec: ClientSpec) -> RecordDict:
     """A client's description (feature shape, classes, sample counts, feature blocks), as JSON."""
-    return RecordDict({_CONFIG: ConfigRecord({"spec": json.dumps(dataclasses.asdict(spec))})})
+    return RecordDict({_CONFIG: ConfigRecord({"spec": json.dumps(spec.to_dict())})})
 
 
-def decode_spec(content: RecordDict) -> ClientSpec:
-    """The :class:`~fedhet.core.ClientSpec` of :func:`encode_spec`."""
-    fields: dict[str, Any] = json.loads(str(content.config_records[_CONFIG]["spec"]))
-    fields["input_shape"] = tuple(fields["input_shape"])
-    fields["classes"] = tuple(fields["classes"])
-    return ClientSpec(**fields)
+def decode_spec(content: RecordDict, source: str = "Flower node", limits: SpecLimits | None = None) -> ClientSpec:
+    """The :class:`~fedhet.core.ClientSpec` of :func:`encode_spec`, each field checked (:meth:`ClientSpec.parse`).
+
+    Args:
+        content: the node's reply to the ``query`` message.
+        source: who sent it, for the error.
+        limits: the bounds of the description's sizes and counts.
+
+    Raises:
+        InvalidUploadError: naming ``source`` and the field that is missing, of a wrong type or out of range.
+
+    """
+    try:
+        text = _field(_record(content.config_records, _CONFIG, "config"), "spec", str)
+        try:
+            fields = json.loads(text)
+        except (ValueError, RecursionError) as err:
+            raise InvalidUploadError(f"field 'spec' is not a JSON description: {err}") from err
+        return ClientSpec.parse(fields, source, limits)
+    except ValueError as err:
+        raise InvalidUploadError(str(err) if str(err).startswith(source) else f"{source}: {err}") from err
 
 
 def save_client_state(state: RecordDict, client_state: ClientState) -> None:
