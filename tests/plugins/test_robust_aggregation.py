@@ -108,3 +108,13 @@ def test_a_bad_beta_is_refused_naming_the_field(tmp_path, capsys):
         main([*args, "--trainer.default_root_dir", str(tmp_path)])
     assert exit_info.value.code == 2
     assert "TrimmedMean: field 'beta' must be a fraction in [0, 0.5), got 0.5" in capsys.readouterr().err
+
+
+@pytest.mark.distributed
+def test_two_processes_equal_one(tmp_path):
+    from tests.integrations.test_distributed import run_cli
+
+    robust = ["--trainer.aggregator", "fedhet.plugins.TrimmedMean", "--trainer.aggregator.beta", "0.25"]
+    one = run_cli(tmp_path, "one", "FedAvg", 3, 1, *robust)
+    assert len(one) == 3
+    assert run_cli(tmp_path, "two", "FedAvg", 3, 2, *robust) == one
