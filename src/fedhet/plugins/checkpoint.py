@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from fedhet.plugins.files import atomic_torch_save, path_under
+from fedhet.plugins.files import atomic_torch_save, check_structure, path_under
 
 log = logging.getLogger(__name__)
 
@@ -65,8 +65,9 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
 
     Raises:
         FileNotFoundError: when ``path`` is not a file.
-        ValueError: naming ``path`` when it is not a fedhet checkpoint of this format version, or its content does
-            not match its checksum.
+        ValueError: naming ``path`` when it is not a fedhet checkpoint of this format version, its content is
+            nested too deep or too large to walk (:func:`~fedhet.plugins.files.check_structure`), or does not match
+            its checksum.
 
     """
     path = Path(path)
@@ -76,6 +77,7 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
         saved = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:
         raise ValueError(f"checkpoint {str(path)!r} could not be read (truncated or not a torch file): {err}") from err
+    check_structure(saved, f"checkpoint {str(path)!r}")
     if not isinstance(saved, dict) or saved.get("format") != FORMAT:
         raise ValueError(f"checkpoint {str(path)!r} is not a fedhet federation checkpoint")
     if saved.get("version") != VERSION:
