@@ -1,5 +1,6 @@
 """A client's trained model as its LightningModule and as a Lightning checkpoint; mismatched modules are refused."""
 
+import json
 import sys
 from pathlib import Path
 
@@ -66,16 +67,18 @@ def test_a_module_that_does_not_fit_the_checkpoint_is_refused_in_one_message(tmp
         tester.test(FedAvg(hidden_dims=[8]), tiny_federation, ckpt_path="last")
 
 
-def test_fedhet_export_writes_every_client(tmp_path, monkeypatch, capsys):
+def test_fedhet_export_writes_every_client_beside_its_run(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(sys, "argv", ["fedhet"])
     args = ["-c", FEDAVG, "--data.init_args.num_clients", "3", "--trainer.rounds", "1"]
     args += ["--trainer.enable_progress_bar", "false", "--trainer.default_root_dir", str(tmp_path)]
     main(["fit", *args])
     main(["export", *args, "--ckpt_path", "last"])
-    files = sorted((tmp_path / "version_1" / "clients").glob("*.ckpt"))
-    assert len(files) == 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["version_0"]  # no new version: beside the run it exports
+    clients = tmp_path / "version_0" / "clients"
+    index = json.loads((clients / "index.json").read_text())
+    assert len(index) == 3
     assert "exported 3 clients" in capsys.readouterr().out
-    for path in files:
-        module = FedAvg.load_from_checkpoint(path)
-        assert module.client_spec.client_id == path.stem
+    for cid, name in index.items():
+        module = FedAvg.load_from_checkpoint(clients / name)
+        assert module.client_spec.client_id == cid
         assert module.hparams.hidden_dims == [64]

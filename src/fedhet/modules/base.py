@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import os
 import warnings
 from collections.abc import Hashable, Iterable, Mapping
 from contextvars import ContextVar
 from fnmatch import fnmatchcase
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -17,19 +15,10 @@ from torchmetrics import MetricCollection
 
 from fedhet.core import ClientSpec, LocalPhase, LocalTraining, UploadDeclaration
 from fedhet.plugins.aggregators import Aggregator, WeightedMean
-from fedhet.plugins.export import CLIENT_SPEC_KEY
+from fedhet.plugins.export import in_memory, read_client_checkpoint
 
 #: the client description of the checkpoint being loaded by :meth:`FederatedModule.load_from_checkpoint`
 _LOADING_SPEC: ContextVar[ClientSpec | None] = ContextVar("fedhet_loading_client_spec", default=None)
-
-
-def _client_spec_in(checkpoint_path: Any) -> ClientSpec | None:
-    """The client description stored in a checkpoint file by :mod:`fedhet.plugins.export`, or ``None``."""
-    if not isinstance(checkpoint_path, (str, os.PathLike)) or not Path(checkpoint_path).is_file():
-        return None
-    checkpoint = torch.load(checkpoint_path, map_location="cpu", weights_only=True)
-    fields = checkpoint.get(CLIENT_SPEC_KEY) if isinstance(checkpoint, dict) else None
-    return ClientSpec.from_dict(fields) if fields is not None else None
 
 
 _LOADER_DEPRECATION = (
@@ -79,15 +68,35 @@ class FederatedModule(LightningModule):
         """What the engine handed over for the local training under way (:meth:`set_local_training`), else ``None``."""
 
     @classmethod
-    def load_from_checkpoint(cls, checkpoint_path: Any, *args: Any, **kwargs: Any) -> Any:
+    def load_from_checkpoint(
+        cls,
+        checkpoint_path: Any,
+        map_location: Any = None,
+        hparams_file: Any = None,
+        strict: bool | None = None,
+        weights_only: bool | None = None,
+        **kwargs: Any,
+    ) -> Any:
         """Lightning's ``load_from_checkpoint``, for a client exported by ``FederatedTrainer.export_client``.
 
         The checkpoint holds the client's description, which the module needs to build its layers before Lightning
-        loads the weights; checkpoints without one load as in Lightning.
+        loads the weights; checkpoints without one load as in Lightning. A checkpoint is data, never code: the file
+        (a path, an ``http(s)`` URL or an open file) is read once, weights-only, and checked
+        (:func:`~fedhet.plugins.export.read_client_checkpoint`) before Lightning builds the module from it.
+
+        Raises:
+            ValueError: for ``weights_only=False``, and naming the file (and the field) for a checkpoint that holds
+                more than tensors and plain values, is nested too deep or holds a crafted client description.
+
         """
-        token = _LOADING_SPEC.set(_client_spec_in(checkpoint_path))
+        if weights_only is False:
+            raise ValueError(f"{cls.__name__}.load_from_checkpoint: field 'weights_only' must not be False")
+        checkpoint, spec = read_client_checkpoint(checkpoint_path)
+        token = _LOADING_SPEC.set(spec)
         try:
-            return super().load_from_checkpoint(checkpoint_path, *args, **kwargs)
+            return super().load_from_checkpoint(
+                in_memory(checkpoint), map_location, hparams_file, strict, weights_only=True, **kwargs
+            )
         finally:
             _LOADING_SPEC.reset(token)
 

@@ -2,23 +2,35 @@
 
 A fedhet module builds its layers from the client's description (its ``client_spec``), so the checkpoint carries that
 description beside Lightning's usual keys (``state_dict``, ``hyper_parameters``, ``pytorch-lightning_version``);
-:meth:`fedhet.modules.FederatedModule.load_from_checkpoint` reads it back before the layers are built. Everything in
-the checkpoint is tensors or plain Python, so it loads with ``weights_only=True``.
+:meth:`fedhet.modules.FederatedModule.load_from_checkpoint` reads it back (:func:`read_client_checkpoint`) before the
+layers are built. Everything in the checkpoint is tensors or plain Python, so it loads with ``weights_only=True``,
+and it is read that way only. Files are written atomically; ``fedhet export`` names them by an encoded client id
+(:func:`client_file_name`), with an index mapping ids to files (:func:`write_export_index`).
 """
 
 from __future__ import annotations
 
+import io
+import json
 import os
-from collections.abc import Callable, Sequence
+import re
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import lightning
 import torch
+from lightning.fabric.utilities.cloud_io import get_filesystem
 from lightning.pytorch import LightningModule
+
+from fedhet.core import ClientSpec
+from fedhet.plugins.files import atomic_torch_save, atomic_write, check_structure, hashed_name
 
 #: the checkpoint key holding the client's description (``ClientSpec.to_dict()``)
 CLIENT_SPEC_KEY = "fedhet_client_spec"
+
+#: the file of an export folder that maps client ids to their files (JSON)
+INDEX_NAME = "index.json"
 
 
 def lightning_checkpoint(module: LightningModule) -> dict[str, Any]:
@@ -49,8 +61,92 @@ def save_lightning_checkpoint(module: LightningModule, path: str | os.PathLike[s
     """Write :func:`lightning_checkpoint` of ``module`` to ``path`` (folders created); returns the path."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save(lightning_checkpoint(module), path)
+    atomic_torch_save(lightning_checkpoint(module), path)
     return path
+
+
+def client_file_name(client_id: str) -> str:
+    """The file name of a client's export: a readable part of its id and a hash of it, valid for any id.
+
+    Example:
+        >>> client_file_name("site_a")
+        'site_a-7b2012a3845f0277.ckpt'
+        >>> client_file_name("../../etc/x")
+        '______etc_x-56da1a2ef2dfa53b.ckpt'
+
+    """
+    return f"{re.sub(r'[^A-Za-z0-9_-]', '_', client_id[:40])}-{hashed_name(client_id)[:16]}.ckpt"
+
+
+def write_export_index(folder: Path, client_ids: Iterable[str]) -> Path:
+    """Write ``folder/index.json``, mapping each of ``client_ids`` (and those an earlier export left) to its file.
+
+    An earlier index is untrusted: only its entries naming the file :func:`client_file_name` gives are kept.
+    """
+    path = folder / INDEX_NAME
+    index: dict[str, str] = {}
+    try:
+        earlier = json.loads(path.read_text())
+    except (OSError, ValueError):
+        earlier = {}
+    if isinstance(earlier, dict):
+        index = {
+            cid: name for cid, name in earlier.items() if name == client_file_name(cid) and (folder / name).is_file()
+        }
+    index.update({cid: client_file_name(cid) for cid in client_ids})
+    text = json.dumps(dict(sorted(index.items())), indent=1, ensure_ascii=False)
+    atomic_write(path, lambda tmp: tmp.write_text(text + "\n", encoding="utf-8"))
+    return path
+
+
+def _load_weights_only(checkpoint_path: str | os.PathLike[str] | IO[bytes]) -> Any:
+    """``torch.load(weights_only=True)`` of a local path, an ``fsspec`` path, an ``http(s)`` URL or an open file."""
+    if not isinstance(checkpoint_path, (str, os.PathLike)):
+        return torch.load(checkpoint_path, map_location="cpu", weights_only=True)
+    if str(checkpoint_path).startswith("http"):
+        return torch.hub.load_state_dict_from_url(str(checkpoint_path), map_location="cpu", weights_only=True)
+    with get_filesystem(str(checkpoint_path)).open(str(checkpoint_path), "rb") as f:
+        return torch.load(f, map_location="cpu", weights_only=True)
+
+
+def read_client_checkpoint(
+    checkpoint_path: str | os.PathLike[str] | IO[bytes],
+) -> tuple[dict[str, Any], ClientSpec | None]:
+    """Read a client checkpoint as data only, and the client description it holds (``None``: a plain Lightning one).
+
+    Args:
+        checkpoint_path: a local or ``fsspec`` path, an ``http(s)`` URL, or an open binary file.
+
+    Returns:
+        the checkpoint (on the CPU) and its :class:`~fedhet.core.ClientSpec`.
+
+    Raises:
+        ValueError: naming the file when it holds more than tensors and plain values (no pickled code is ever run),
+            is nested too deep or too large (:func:`~fedhet.plugins.files.check_structure`), is not a dictionary, or
+            holds a client description with a field of the wrong type or out of range (naming the field).
+
+    """
+    source = f"checkpoint {str(checkpoint_path)!r}"
+    try:
+        checkpoint = _load_weights_only(checkpoint_path)
+    except Exception as err:
+        first_line = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise ValueError(
+            f"{source} could not be read as tensors and plain values (weights_only): {first_line}"
+        ) from err
+    check_structure(checkpoint, source)
+    if not isinstance(checkpoint, dict):
+        raise ValueError(f"{source} holds a {type(checkpoint).__name__}, not a Lightning checkpoint dictionary")
+    fields = checkpoint.get(CLIENT_SPEC_KEY)
+    return checkpoint, ClientSpec.parse(fields, source) if fields is not None else None
+
+
+def in_memory(checkpoint: dict[str, Any]) -> IO[bytes]:
+    """``checkpoint`` as an in-memory torch file, to hand to a loader that reads files (read once, checked once)."""
+    buffer = io.BytesIO()
+    torch.save(checkpoint, buffer)
+    buffer.seek(0)
+    return buffer
 
 
 def export_clients(
@@ -60,11 +156,11 @@ def export_clients(
     module_of: Callable[[str], LightningModule],
     folder: Path,
 ) -> dict[str, Path]:
-    """Write ``folder/<client>.ckpt`` for each chosen client (every client by default) that this process keeps.
+    """Write ``folder/<file>.ckpt`` (:func:`client_file_name`) for each chosen client that this process keeps.
 
     Args:
         client_ids: the federation's clients.
-        chosen: the clients to export (``None``: all).
+        chosen: the clients to export (``None``: every client).
         owns: whether this process keeps a client.
         module_of: a client's trained module (``FederatedTrainer.client_module``).
         folder: where the files go.
@@ -80,4 +176,4 @@ def export_clients(
     if unknown:
         raise ValueError(f"FederatedTrainer.export: field 'clients' names clients not in the federation: {unknown}")
     names = [cid for cid in (chosen or client_ids) if owns(cid)]
-    return {cid: save_lightning_checkpoint(module_of(cid), folder / f"{cid}.ckpt") for cid in names}
+    return {cid: save_lightning_checkpoint(module_of(cid), folder / client_file_name(cid)) for cid in names}
