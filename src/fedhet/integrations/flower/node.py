@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import httpx
 from flwr.app import Message
 from flwr.app.error import Error
 from flwr.cli.install import install_from_fab
@@ -40,20 +41,40 @@ from flwr.proto.runtime_pb2 import AcquireTaskRequest
 from flwr.supercore.constant import TaskType
 from flwr.supercore.heartbeat import HeartbeatSender, make_task_heartbeat_fn_http
 from flwr.supercore.interceptors import RuntimeTokenHttpInterceptor, RuntimeVersionHttpInterceptor
-from flwr.supercore.retry import make_simple_http_retry_invoker
+from flwr.supercore.retry import RetryInvoker, exponential, make_simple_http_retry_invoker
 from flwr.supercore.runtime import RuntimeHttpClient
 from flwr.supernode.runtime.run_clientapp import pull_task_input, push_message, push_task_output
 
 log = logging.getLogger(__name__)
 
 
-def _client(address: str, root_certificates: str | None, *interceptors: Any) -> RuntimeHttpClient:
+def _client(
+    address: str, root_certificates: str | None, *interceptors: Any, retries: RetryInvoker | None = None
+) -> RuntimeHttpClient:
     return RuntimeHttpClient.from_server_address(
         server_address=address,
         insecure=root_certificates is None,
         root_certificates=root_certificates,
         interceptors=list(interceptors),
-        retry_invoker=make_simple_http_retry_invoker(),
+        retry_invoker=retries or make_simple_http_retry_invoker(),
+    )
+
+
+def _refused(error: Exception) -> bool:
+    return isinstance(error, httpx.HTTPStatusError) and error.response.status_code < 500
+
+
+def _task_retries() -> RetryInvoker:
+    """Retries of one task's calls: a lost connection or a server error a few times, a refusal (4xx) never.
+
+    Flower's own invoker answers a refused task token by interrupting the process, which here serves every task.
+    """
+    return RetryInvoker(
+        lambda: exponential(max_delay=10),
+        (httpx.TransportError, httpx.HTTPStatusError),
+        max_tries=8,
+        max_time=120,
+        should_giveup=_refused,
     )
 
 
@@ -92,7 +113,11 @@ def run_task(address: str, token: str, root_certificates: str | None, apps: AppC
 
     """
     client = _client(
-        address, root_certificates, RuntimeVersionHttpInterceptor("flwr-clientapp"), RuntimeTokenHttpInterceptor(token)
+        address,
+        root_certificates,
+        RuntimeVersionHttpInterceptor("flwr-clientapp"),
+        RuntimeTokenHttpInterceptor(token),
+        retries=_task_retries(),
     )
     heartbeat = HeartbeatSender(make_task_heartbeat_fn_http(client))
     heartbeat.start()
@@ -145,7 +170,10 @@ def serve(
     while not stop():
         claimed = acquirer.AcquireTask(AcquireTaskRequest(supported_task_types=[TaskType.CLIENT_APP]))
         if claimed.HasField("task") and claimed.token:
-            run_task(address, claimed.token, root_certificates, apps)
+            try:
+                run_task(address, claimed.token, root_certificates, apps)
+            except Exception:  # noqa: BLE001 - the SuperNode could not be told; its task expiry answers the server
+                log.exception("task %d of run %d lost", claimed.task.task_id, claimed.task.run_id)
         else:
             time.sleep(poll_s)
 
