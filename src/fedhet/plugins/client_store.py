@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import re
 import weakref
@@ -13,12 +12,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from filelock import FileLock, Timeout
+from filelock import FileLock
 from lightning.fabric.utilities.apply_func import apply_to_collection
 from torch import Tensor
 
 from fedhet.core import ClientState
-from fedhet.plugins.files import atomic_torch_save
+from fedhet.plugins.files import atomic_torch_save, hashed_name, try_lock
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +33,7 @@ def state_bytes(state: ClientState) -> int:
 
 def spill_name(client_id: str) -> str:
     """The file name of a client's spilled state: a SHA-256 of its id, valid and 67 characters long for any id."""
-    return hashlib.sha256(client_id.encode("utf-8", "surrogatepass")).hexdigest() + ".pt"
+    return hashed_name(client_id) + ".pt"
 
 
 def _remove_states(folder: Path) -> None:
@@ -49,12 +48,42 @@ def _remove_states(folder: Path) -> None:
 
 
 def _release(lock: FileLock, folder: Path, remove: bool) -> None:
-    """Unlock ``folder``; with ``remove``, first delete its states and the folder (if emptied), then the lock file."""
+    """Unlock ``folder`` and delete its lock file; with ``remove``, first delete its states and the folder (if emptied).
+
+    A folder kept (``remove=False``) is left without a lock file, which tells it from the folder of a killed store
+    (its lock file left behind, free): :func:`remove_dead_spills` deletes only the latter.
+    """
     if remove:
         _remove_states(folder)
     lock.release()
-    if remove:
-        Path(lock.lock_file).unlink(missing_ok=True)
+    Path(lock.lock_file).unlink(missing_ok=True)
+
+
+def _lock_file(spill_dir: Path) -> Path:
+    """``<spill_dir>.lock`` beside the folder: held by the store that owns it."""
+    return spill_dir.with_name(spill_dir.name + ".lock")
+
+
+def remove_dead_spills(folder: Path) -> list[Path]:
+    """Delete the spill folders in ``folder`` (a run's ``client_state/``) whose store was killed, and their lock files.
+
+    A store killed while it held its spill folder (a SIGKILLed run) leaves the folder and its lock file, free; a
+    living store holds its lock, and a store closed with ``keep_spilled`` leaves no lock file: both are left alone.
+
+    Returns:
+        the spill folders deleted.
+
+    """
+    removed: list[Path] = []
+    for lock_file in sorted(folder.glob("*.lock")) if folder.is_dir() else []:
+        lock = try_lock(lock_file)
+        if lock is not None:
+            spill_dir = lock_file.with_name(lock_file.name.removesuffix(".lock"))
+            _release(lock, spill_dir, remove=True)
+            removed.append(spill_dir)
+    if removed:
+        log.info("removed the spill folders of killed runs: %s", ", ".join(str(path) for path in removed))
+    return removed
 
 
 class ClientStore(MutableMapping[str, ClientState]):
@@ -73,8 +102,9 @@ class ClientStore(MutableMapping[str, ClientState]):
 
     The store owns ``spill_dir``: when created it locks it (through ``<spill_dir>.lock`` beside it; a second store, in
     this process or another, on the same folder is refused) and deletes the states a killed earlier owner left in it;
-    on :meth:`close` (called when the store is garbage collected or the process exits) it deletes its states, the
-    folder if that empties it, and the lock, unless ``keep_spilled``. It never deletes a file it did not name.
+    on :meth:`close` (called when the store is garbage collected or the process exits) it deletes its states and
+    the folder if that empties it, unless ``keep_spilled``, and its lock file. A resumed run deletes the folders that
+    killed stores left (:func:`remove_dead_spills`). It never deletes a file it did not name.
 
     Args:
         memory_budget_bytes: most bytes of client state held in memory; ``None`` for no limit.
@@ -130,14 +160,12 @@ class ClientStore(MutableMapping[str, ClientState]):
         """Lock ``spill_dir`` for this store and empty it of what a dead earlier owner left."""
         assert self.spill_dir is not None
         self.spill_dir.parent.mkdir(parents=True, exist_ok=True)
-        lock = FileLock(self.spill_dir.with_name(self.spill_dir.name + ".lock"), timeout=0)
-        try:
-            lock.acquire()
-        except Timeout:
+        lock = try_lock(_lock_file(self.spill_dir))
+        if lock is None:
             raise RuntimeError(
                 f"ClientStore: spill folder {str(self.spill_dir)!r} is in use by another client store (another fedhet"
                 " run, or another trainer in this process); give each run its own folder"
-            ) from None
+            )
         _remove_states(self.spill_dir)  # left by a killed earlier owner of this folder: the checkpoint is the truth
         self._finalizer = weakref.finalize(self, _release, lock, self.spill_dir, not self.keep_spilled)
 

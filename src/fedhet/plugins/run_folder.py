@@ -2,24 +2,44 @@
 
 As Lightning's loggers do, every command that runs (``fit`` from scratch, ``validate``, ``test``) claims the next free
 ``<root>/version_N`` folder, so no run overwrites another's files; a resumed ``fit`` goes on in the version folder of
-the checkpoint it resumes. ``ckpt_path="last"`` means the latest version's ``checkpoints/last.ckpt``.
+the checkpoint it resumes, and ``export`` writes beside the run it exports. ``ckpt_path="last"`` means the latest
+version's ``checkpoints/last.ckpt``. A command holds its version folder under a lock for its whole life
+(:meth:`RunFolder.hold`): a second command on a held folder is refused in one line naming the holder. Logs are
+replaced atomically (:class:`RunCSVLogger`), so a killed command never leaves less on disk than there was before it.
 """
 
 from __future__ import annotations
 
+import csv
 import logging
+import os
 import re
+import socket
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
 import yaml
+from filelock import FileLock
+from lightning.fabric.loggers.logger import rank_zero_experiment
+from lightning.pytorch.core.saving import save_hparams_to_yaml
 from lightning.pytorch.loggers import CSVLogger
+from lightning.pytorch.loggers.csv_logs import ExperimentWriter
+
+from fedhet.plugins.client_store import remove_dead_spills
+from fedhet.plugins.files import atomic_write, try_lock
 
 log = logging.getLogger(__name__)
 
 _VERSION = re.compile(r"version_(\d+)")
+
+#: in a version folder: the lock its command holds, and who that command is
+LOCK_NAME, HOLDER_NAME = ".fedhet.lock", ".fedhet.holder"
+
+
+class RunFolderHeldError(RuntimeError):
+    """A command asked for a version folder that another command holds."""
 
 
 def versions(root: str | Path) -> list[int]:
@@ -96,6 +116,49 @@ class RunFolder:
         self.version: int | None = None
         self.name = f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}"
         """This run's own name (time and a random suffix): its spilled client states go in a folder named after it."""
+        self._lock: FileLock | None = None
+
+    def hold(self, version: int | None, command: str) -> int:
+        """Lock the version folder for a command (``version``, or a new one claimed): held until :meth:`release`.
+
+        The holder (command, process, machine, start) is recorded beside the lock; the spill folders that killed runs
+        left in the folder are deleted (:func:`~fedhet.plugins.client_store.remove_dead_spills`). Holding the folder
+        already (a trainer's next command) keeps it. Only one process of a run (rank 0) holds it.
+
+        Args:
+            version: the version to hold; ``None`` claims the next free one (:func:`claim_version`).
+            command: what holds it (``"fit"``, ``"test"``...), for a refused command's message.
+
+        Returns:
+            the version held.
+
+        Raises:
+            RunFolderHeldError: in one line naming the folder and its holder, when another command holds the folder.
+
+        """
+        if version is None:
+            version = claim_version(self.root)
+        folder = self.root / f"version_{version}"
+        if self._lock is not None and self.version == version:
+            return version
+        folder.mkdir(parents=True, exist_ok=True)
+        lock = try_lock(folder / LOCK_NAME)
+        if lock is None:
+            raise RunFolderHeldError(f"{folder} is in use by {_holder_of(folder)}; wait for it to end")
+        self.release()
+        self._lock = lock
+        holder = f"fedhet {command} (pid {os.getpid()} on {socket.gethostname()}, since {time.strftime('%H:%M:%S')})"
+        atomic_write(folder / HOLDER_NAME, lambda tmp: tmp.write_text(holder))
+        remove_dead_spills(folder / "client_state")
+        return version
+
+    def release(self) -> None:
+        """Release the version folder this process holds, if any (the end of a command)."""
+        if self._lock is None:
+            return
+        (Path(self._lock.lock_file).parent / HOLDER_NAME).unlink(missing_ok=True)
+        self._lock.release()
+        self._lock = None
 
     def bind(self, version: int) -> None:
         """Fix the run's version (its folder is created if missing)."""
@@ -129,8 +192,9 @@ class RunFolder:
         return self.client_state / f"{self.name}-rank{rank}"
 
     def save_config(self, config: dict[str, Any]) -> None:
-        """Write a resolved CLI config as ``config.yaml`` into the version folder."""
-        (self.path / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+        """Write a resolved CLI config as ``config.yaml`` into the version folder, atomically."""
+        text = yaml.safe_dump(config, sort_keys=False)
+        atomic_write(self.path / "config.yaml", lambda tmp: tmp.write_text(text))
 
     def resolve_checkpoint(self, ckpt_path: str | Path | None, required: bool) -> Path | None:
         """The checkpoint file a command names: a path, ``"last"`` (:func:`latest_checkpoint` of the root) or ``None``.
@@ -158,8 +222,69 @@ class RunFolder:
         return path
 
 
+def _holder_of(folder: Path) -> str:
+    """Who holds ``folder``'s lock, as its holder recorded it."""
+    try:
+        return (folder / HOLDER_NAME).read_text().strip().splitlines()[0][:200]
+    except (OSError, IndexError, UnicodeDecodeError):
+        return "another fedhet command"
+
+
+class _RunLogWriter(ExperimentWriter):
+    """Lightning's CSV experiment writer for a version folder the run holds: what the folder holds is never deleted.
+
+    Every save replaces ``metrics.csv`` atomically with the rows it held and the new ones (a new row's values replace
+    those of the row of its step: a resumed run writes its checkpoint's rounds again over the rows a killed run left),
+    and ``hparams.yaml`` is replaced atomically too.
+    """
+
+    def _check_log_dir_exists(self) -> None:
+        """Nothing to warn about or delete: the folder is the run's own."""
+
+    def log_hparams(self, params: dict[str, Any]) -> None:
+        """Record hyperparameters and replace ``hparams.yaml`` with them, atomically."""
+        self.hparams.update(params)
+        atomic_write(Path(self.log_dir) / self.NAME_HPARAMS_FILE, lambda tmp: save_hparams_to_yaml(tmp, self.hparams))
+
+    def save(self) -> None:
+        """Replace ``metrics.csv`` with its rows and the recorded ones, atomically."""
+        if not self.metrics:
+            return
+        rows: dict[Any, dict[str, Any]] = {}
+        path = Path(self.metrics_file_path)
+        if path.is_file():
+            with path.open(newline="") as f:
+                for i, on_disk in enumerate(csv.DictReader(f)):
+                    rows[_step_of(on_disk, i)] = dict(on_disk)
+        for new in self.metrics:
+            rows[new["step"]] = {**rows.get(new["step"], {}), **new}
+        keys = sorted({key for row in rows.values() for key in row if key is not None})
+
+        def write(tmp: Path) -> None:
+            with tmp.open("w", newline="") as f:
+                writer = csv.DictWriter(f, fieldnames=keys, extrasaction="ignore")
+                writer.writeheader()
+                writer.writerows(rows.values())
+
+        atomic_write(path, write)
+        self.metrics_keys = keys
+        self.metrics = []
+
+
+def _step_of(row: dict[str, Any], index: int) -> Any:
+    """A ``metrics.csv`` row's step, or a key of its own when it has none."""
+    try:
+        return int(row["step"])
+    except (KeyError, TypeError, ValueError):
+        return ("row", index)
+
+
 class RunCSVLogger(CSVLogger):
-    """Lightning's CSV logger writing ``metrics.csv`` and ``hparams.yaml`` straight into a run's version folder."""
+    """Lightning's CSV logger writing ``metrics.csv`` and ``hparams.yaml`` straight into a run's version folder.
+
+    It deletes nothing there and replaces the files atomically (:class:`_RunLogWriter`): a resumed run's earlier rounds
+    stay on disk while it runs, whenever it is killed.
+    """
 
     def __init__(self, run: RunFolder) -> None:
         super().__init__(save_dir=run.root, name="")
@@ -171,3 +296,11 @@ class RunCSVLogger(CSVLogger):
         if self.run.version is None:
             raise RuntimeError("RunCSVLogger: the run's version is not known yet")
         return self.run.version
+
+    @property
+    @rank_zero_experiment
+    def experiment(self) -> _RunLogWriter:
+        """The writer of the run's ``metrics.csv`` and ``hparams.yaml``."""
+        if not isinstance(self._experiment, _RunLogWriter):
+            self._experiment = _RunLogWriter(log_dir=self.log_dir)
+        return self._experiment

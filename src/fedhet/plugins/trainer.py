@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any, Literal, TypeVar, cast
 
 from lightning.fabric import Fabric
 from lightning.fabric.loggers import Logger
@@ -33,19 +34,34 @@ from fedhet.plugins.distributed import (
     gather_objects,
     owner_rank,
 )
-from fedhet.plugins.export import export_clients, save_lightning_checkpoint
+from fedhet.plugins.export import export_clients, save_lightning_checkpoint, write_export_index
 from fedhet.plugins.fingerprint import fingerprint_differences
 from fedhet.plugins.heap import retain_freed_memory
 from fedhet.plugins.hooks import CallbackHooks
 from fedhet.plugins.launcher import StartMethod, use_start_method
 from fedhet.plugins.policies import FailureBudget, PlainUpdate, PrivateUpdate, ServerUpdate, upload_checks
 from fedhet.plugins.privacy import UploadPrivacy
-from fedhet.plugins.run_folder import RunCSVLogger, RunFolder, claim_version, version_of
+from fedhet.plugins.run_folder import RunCSVLogger, RunFolder, RunFolderHeldError, version_of
 from fedhet.plugins.runners import ClientRunner, SequentialRunner
 from fedhet.plugins.sampling import ClientSampler, FullParticipation
 from fedhet.plugins.server_step import check_server_state, run_server_hook
 from fedhet.plugins.stacked import StackedRunner, check_stacking
 from fedhet.plugins.summaries import evaluation_metrics, merge_uploads, training_metrics
+
+_Command = TypeVar("_Command", bound=Callable[..., Any])
+
+
+def _releases_run_folder(command: _Command) -> _Command:
+    """A trainer command that releases the run's version folder when it ends, however it ends."""
+
+    @functools.wraps(command)
+    def run_command(self: FederatedTrainer, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return command(self, *args, **kwargs)
+        finally:
+            self.run.release()
+
+    return cast(_Command, run_command)
 
 
 class FederatedTrainer:
@@ -229,11 +245,13 @@ class FederatedTrainer:
         self.should_stop = False  # a callback sets it in on_round_end to end fit after that round
 
     # ------------------------------------------------------------------ public entry points
+    @_releases_run_folder
     def fit(self, model: LightningModule, datamodule: Any, ckpt_path: str | None = None) -> None:
         """Train the federation for ``rounds`` rounds, resuming from ``ckpt_path`` (``"last"``: the latest version's).
 
         A run from scratch writes into a new ``version_N`` folder of ``default_root_dir``; a run resumed from a
-        checkpoint of one of those folders goes on in that folder.
+        checkpoint of one of those folders goes on in that folder. The folder is held for the whole ``fit``: another
+        command on it is refused (:meth:`~fedhet.plugins.run_folder.RunFolder.hold`).
         """
         path = self.run.resolve_checkpoint(ckpt_path, required=False)
         state = load_checkpoint(path) if path is not None else None
@@ -298,22 +316,29 @@ class FederatedTrainer:
         """
         return save_lightning_checkpoint(self.client_module(client_id), path)
 
+    @_releases_run_folder
     def export(
         self, model: LightningModule, datamodule: Any, ckpt_path: str | None = "last", clients: list[str] | None = None
     ) -> dict[str, Path]:
-        """Export trained clients as Lightning checkpoints into the run folder's ``clients/<client>.ckpt``.
+        """Export trained clients as Lightning checkpoints into ``clients/`` of the version folder of the run exported.
 
         ``fedhet export -c <config> --ckpt_path last`` runs this: every client (or those named in ``clients``) of the
         checkpoint's federation, each loadable with its module class's ``load_from_checkpoint`` (:meth:`export_client`).
+        Files are named by an encoded client id (:func:`~fedhet.plugins.export.client_file_name`) and written
+        atomically; ``clients/index.json`` maps client ids to files. A checkpoint outside a version folder exports
+        into a new one.
 
         Returns:
             the files written by this process, by client id.
 
         """
-        self._load_trained("test", model, datamodule, ckpt_path)
-        written = export_clients(self._client_ids, clients, self.owns, self.client_module, self.run_dir / "clients")
+        self._load_trained("test", model, datamodule, ckpt_path, command="export")
+        folder = self.run_dir / "clients"
+        written = export_clients(self._client_ids, clients, self.owns, self.client_module, folder)
+        exported = gather_objects(self._fabric, list(written))
         if self.is_global_zero:
-            print(f"fedhet: exported {len(written)} clients to {self.run_dir / 'clients'}", flush=True)
+            write_export_index(folder, [cid for part in exported for cid in part])
+            print(f"fedhet: exported {sum(map(len, exported))} clients to {folder}", flush=True)
         return written
 
     @property
@@ -370,8 +395,10 @@ class FederatedTrainer:
             raise RuntimeError("FederatedTrainer: no Fabric yet; call fit, validate or test")
         return self.fabric
 
-    def _launch(self, model: LightningModule, version: int | None = None, run_folder: bool = True) -> None:
-        """Start Fabric's processes and bind the run's version folder (``version``, or a new one claimed by rank 0).
+    def _launch(
+        self, model: LightningModule, version: int | None = None, run_folder: bool = True, command: str = "fit"
+    ) -> None:
+        """Start Fabric's processes (once) and hold the run's version folder for ``command`` (:meth:`_hold_run`).
 
         ``run_folder=False`` binds none (nothing of the run is written: no logger, no checkpoint).
         """
@@ -381,6 +408,8 @@ class FederatedTrainer:
                 f" (e.g. a fedhet.modules.FederatedModule subclass), got {type(model).__name__}"
             )
         if self.fabric is not None:
+            if run_folder:
+                self._hold_run(version, command)
             return
         if self._default_logger and not self.loggers:
             self.loggers = [RunCSVLogger(self.run)]
@@ -394,12 +423,27 @@ class FederatedTrainer:
             retain_freed_memory()
         if self.fabric.world_size > 1:
             destroy_process_group_at_exit()
-        if not run_folder:
-            return
-        if version is None:
-            claimed = claim_version(self.default_root_dir) if self.fabric.is_global_zero else None
-            version = self.fabric.broadcast(claimed)
-        self.run.bind(cast(int, version))  # rank 0 claimed it, so every rank holds an int
+        if run_folder:
+            self._hold_run(version, command)
+
+    def _hold_run(self, version: int | None, command: str) -> None:
+        """Rank 0 holds the run's version folder for ``command`` and every rank binds it, or raises rank 0's refusal.
+
+        The folder is the trainer's own once bound, else ``version``, else a new one
+        (:meth:`~fedhet.plugins.run_folder.RunFolder.hold`).
+        """
+        fabric = self._fabric
+        held: int | str | None = None
+        if fabric.is_global_zero:
+            try:
+                held = self.run.hold(self.run.version if self.run.version is not None else version, command)
+            except RunFolderHeldError as refused:
+                held = str(refused)
+        if fabric.world_size > 1:
+            held = fabric.broadcast(held)
+        if isinstance(held, str):
+            raise RunFolderHeldError(held)
+        self.run.bind(cast(int, held))  # rank 0 held it, so every rank holds an int
 
     def setup(
         self, model: LightningModule, datamodule: Any, stage: str = "fit", run_folder: bool = True
@@ -533,16 +577,25 @@ class FederatedTrainer:
         self._hooks("on_evaluation_end", stage=stage, round_idx=round_idx, metrics=metrics)
         return metrics
 
-    def _load_trained(self, stage: str, model: LightningModule, datamodule: Any, ckpt_path: str | None) -> None:
-        """Launch in a new version folder and restore the trained federation of ``ckpt_path`` (or of the last fit)."""
+    def _load_trained(
+        self, stage: str, model: LightningModule, datamodule: Any, ckpt_path: str | None, command: str | None = None
+    ) -> None:
+        """Launch and restore the trained federation of ``ckpt_path`` (or of the last fit) for ``command``.
+
+        An evaluation runs in a new version folder (it never overwrites the training logs); an ``export`` writes
+        beside the run it exports, in its checkpoint's version folder, and leaves that run's config as it is.
+        """
         path = self.run.resolve_checkpoint(ckpt_path, required=not self._has_state)
         state = load_checkpoint(path) if path is not None else None
-        self._launch(model)  # a new version folder: evaluation never overwrites the training logs
-        self._save_run_config()
+        beside = version_of(path, self.default_root_dir) if command == "export" and path is not None else None
+        self._launch(model, beside, command=command or stage)
+        if beside is None:
+            self._save_run_config()
         self._prepare(model, datamodule, stage)
         if state is not None and path is not None:
             self._restore(state, path)
 
+    @_releases_run_folder
     def _evaluate_only(
         self, stage: str, model: LightningModule, datamodule: Any, ckpt_path: str | None
     ) -> dict[str, float]:
