@@ -32,8 +32,8 @@ import torch
 
 from _common import RESULTS_DIR, environment, quiet_trainer
 from fedhet.callbacks import DictionaryAveraging
+from fedhet.callbacks.feddadil import ATOM_NAMES
 from fedhet.core import ClientUpdate, ServerState
-from fedhet.core.statistics import ATOM_NAMES
 from fedhet.datamodules import DigitsDomains, RotatedBlobsDomains
 from fedhet.functional import fit_softmax_regression
 from fedhet.modules import FedAvg, FedDaDiL

@@ -36,8 +36,8 @@ import torch
 
 from _common import environment, quiet_trainer
 from fedhet.callbacks import AnchorUpdate, FederatedCallback
+from fedhet.callbacks.flic import ANCHOR_FACTORS, ANCHOR_MEANS
 from fedhet.core import ClientUpdate
-from fedhet.core.statistics import ANCHOR_FACTORS, ANCHOR_MEANS
 from fedhet.datamodules import DigitsFamilyFederation, LinearMappingToy, NoisyFeaturesToy
 from fedhet.modules import FLIC, FedHeNN, HetFedRep, HetLocal
 from fedhet.plugins import UniformSampler

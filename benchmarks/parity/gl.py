@@ -55,7 +55,7 @@ from _gl_authors import (  # noqa: E402
 )
 
 from fedhet.callbacks.base import FederatedCallback  # noqa: E402
-from fedhet.core import ClientState  # noqa: E402
+from fedhet.core import ClientState, ServerAccess  # noqa: E402
 from fedhet.core.spec import ClientSpec  # noqa: E402
 from fedhet.datamodules.datasets.heart import GL_SITES, HeartFederation  # noqa: E402
 from fedhet.modules.global_layers import GlobalLayers  # noqa: E402
@@ -114,6 +114,8 @@ class ReferenceStart(FederatedCallback):
     server's per-client payload, dropped once round 0 is averaged) starts every client from one whole build of its
     own, as the reference does. Only for this comparison: fedhet's GL starts every client from one initialisation.
     """
+
+    server_access = ServerAccess(per_client=["*"])  # drops every client's round-0 payload after round 0
 
     def on_federation_start(self, trainer: Any, module: torch.nn.Module) -> None:
         """Round 0's payload of each client: the global layers of its own architecture's build."""

@@ -6,16 +6,9 @@ import pytest
 import torch
 
 from fedhet.callbacks import AnchorUpdate, KernelSync
+from fedhet.callbacks.fedhenn import GLOBAL_KERNEL, KERNEL
+from fedhet.callbacks.flic import ANCHOR_COUNTS, ANCHOR_FACTORS, ANCHOR_MEANS, GLOBAL_FACTORS, GLOBAL_MEANS
 from fedhet.core import ClientUpdate, ServerState
-from fedhet.core.statistics import (
-    ANCHOR_COUNTS,
-    ANCHOR_FACTORS,
-    ANCHOR_MEANS,
-    GLOBAL_FACTORS,
-    GLOBAL_KERNEL,
-    GLOBAL_MEANS,
-    KERNEL,
-)
 from fedhet.functional import gaussian_barycenter
 from fedhet.modules import FLIC
 from fedhet.plugins import FederatedTrainer

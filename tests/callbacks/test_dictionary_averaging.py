@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from fedhet.callbacks import DictionaryAveraging
+from fedhet.callbacks.feddadil import ATOM_NAMES, GLOBAL_NAMES
 from fedhet.core import ClientUpdate, ServerState
-from fedhet.core.statistics import ATOM_NAMES, GLOBAL_NAMES
 from fedhet.datamodules import RotatedBlobsDomains
 from fedhet.modules import FedDaDiL
 from fedhet.plugins import FederatedTrainer

@@ -5,8 +5,8 @@ import io
 import torch
 
 from fedhet.callbacks import CentroidSync, HeadMixing
+from fedhet.callbacks.fedpac import GLOBAL_CENTROIDS, GLOBAL_COUNTS
 from fedhet.core import ClientUpdate, ServerState
-from fedhet.core.statistics import GLOBAL_CENTROIDS, GLOBAL_COUNTS
 from fedhet.functional import combination_weights
 from fedhet.modules import FedPAC
 from fedhet.plugins import FederatedTrainer

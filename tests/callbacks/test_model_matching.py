@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from fedhet.callbacks import ModelMatching
-from fedhet.core.statistics import CLASSIFIER, STAT_PREFIX, anchor_key
+from fedhet.callbacks.hyfem import CLASSIFIER, STAT_PREFIX, anchor_key
 from fedhet.datamodules import HybridFederation
 from fedhet.functional import matched_average, project_classifier, weighted_mean
 from fedhet.functional.matching import Classifier

@@ -22,7 +22,7 @@ import torch  # noqa: E402
 from flwr.app import ArrayRecord, ConfigRecord, Context, Error, Message, MetricRecord, RecordDict  # noqa: E402
 from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
 
-from fedhet.core.statistics import CENTROIDS  # noqa: E402
+from fedhet.callbacks.fedpac import CENTROIDS  # noqa: E402
 from fedhet.integrations.flower.apps import make_client_app, serve  # noqa: E402
 
 CLIENTS = ("client_000", "client_001", "client_002")

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from fedhet.callbacks import DictionaryAveraging, FederatedCallback
-from fedhet.core.statistics import ATOM_NAMES, GLOBAL_NAMES
+from fedhet.callbacks.feddadil import ATOM_NAMES, GLOBAL_NAMES
 from fedhet.datamodules import RotatedBlobsDomains
 from fedhet.modules import FedAvg, FedDaDiL
 from fedhet.plugins import FederatedTrainer

@@ -9,8 +9,8 @@ from lightning.fabric import Fabric
 from torch import nn
 
 from fedhet.callbacks import CentroidSync, FederatedCallback, HeadMixing
+from fedhet.callbacks.fedpac import CENTROIDS, COUNTS, GLOBAL_CENTROIDS, GLOBAL_COUNTS, HEAD_H, HEAD_V
 from fedhet.core import LocalPhase
-from fedhet.core.statistics import CENTROIDS, COUNTS, GLOBAL_CENTROIDS, GLOBAL_COUNTS, HEAD_H, HEAD_V
 from fedhet.datamodules import ClientSpec
 from fedhet.functional import class_feature_sums, head_statistics
 from fedhet.modules import FedPAC, FedPACNet

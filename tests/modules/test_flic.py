@@ -6,8 +6,9 @@ import torch.nn.functional as F
 from lightning.fabric import Fabric
 
 from fedhet.callbacks import AnchorUpdate, FederatedCallback, KernelSync
+from fedhet.callbacks.fedhenn import GLOBAL_KERNEL, KERNEL
+from fedhet.callbacks.flic import ANCHOR_FACTORS, ANCHOR_MEANS, GLOBAL_MEANS
 from fedhet.core import LocalPhase
-from fedhet.core.statistics import ANCHOR_FACTORS, ANCHOR_MEANS, GLOBAL_KERNEL, GLOBAL_MEANS, KERNEL
 from fedhet.datamodules import ClientDataModule, LinearMappingToy
 from fedhet.functional import class_moments, gaussian_w2_sq, kernel_penalty
 from fedhet.modules import FLIC, FedHeNN, HetFedRep, HetLocal

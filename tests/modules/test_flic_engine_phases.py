@@ -6,8 +6,8 @@ import pytest
 import torch
 from lightning.fabric import Fabric
 
+from fedhet.callbacks.flic import ANCHOR_FACTORS, ANCHOR_MEANS
 from fedhet.core import LocalTraining
-from fedhet.core.statistics import ANCHOR_FACTORS, ANCHOR_MEANS
 from fedhet.modules import FLIC
 from fedhet.plugins.local_loop import phase_batches, run_local_training
 from tests.conftest import make_client

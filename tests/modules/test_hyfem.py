@@ -6,8 +6,8 @@ import torch
 from torch import nn
 
 from fedhet.callbacks import FederatedCallback, ModelMatching
+from fedhet.callbacks.hyfem import STAT_PREFIX, anchor_key
 from fedhet.core.seeding import derive_seed, seeded
-from fedhet.core.statistics import STAT_PREFIX, anchor_key
 from fedhet.datamodules import HybridFederation
 from fedhet.functional import project_classifier
 from fedhet.functional.matching import Classifier

@@ -9,9 +9,9 @@ import torch
 from opacus.accountants import RDPAccountant
 
 from fedhet.callbacks import FederatedCallback
+from fedhet.callbacks.fedpac import CENTROIDS, COUNTS
 from fedhet.cli import FederatedCLI
 from fedhet.core import TensorSpec, UploadDeclaration
-from fedhet.core.statistics import CENTROIDS, COUNTS
 from fedhet.functional.privacy import clip_by_global_norm, global_l2_norm
 from fedhet.modules import FedAvg, FedPAC, FedRep
 from fedhet.plugins import FederatedTrainer, UniformSampler, UploadPrivacy, WeightedMean

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from fedhet.core.statistics import GLOBAL_MEANS
+from fedhet.callbacks.flic import GLOBAL_MEANS
 from fedhet.datamodules import FederatedDataModule
 from fedhet.modules import FLIC, HetFedRep
 from fedhet.plugins import FederatedTrainer, UniformSampler

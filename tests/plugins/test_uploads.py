@@ -3,8 +3,12 @@
 import pytest
 import torch
 
+from fedhet.callbacks.feddadil import ATOM_NAMES
+from fedhet.callbacks.fedhenn import KERNEL
+from fedhet.callbacks.fedpac import CENTROIDS, COUNTS, HEAD_H, HEAD_V
+from fedhet.callbacks.flic import ANCHOR_MEANS
+from fedhet.callbacks.hyfem import STAT_PREFIX
 from fedhet.core import TensorSpec, UploadDeclaration
-from fedhet.core.statistics import ANCHOR_MEANS, ATOM_NAMES, CENTROIDS, COUNTS, HEAD_H, HEAD_V, KERNEL, STAT_PREFIX
 from fedhet.datamodules import ClientDataModule, FederatedDataModule, HybridFederation, RotatedBlobsDomains
 from fedhet.modules import (
     FLIC,

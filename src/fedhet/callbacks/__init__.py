@@ -1,14 +1,20 @@
-"""Federation callbacks: thin adapters from the engine's round hooks to the maths in ``fedhet.functional``."""
+"""Federation callbacks: each method's server step with its wire names, and the run's observers.
 
-from fedhet.callbacks.anchor_update import AnchorUpdate
+One file per method's server work, owning that method's wire names and upload declaration: :mod:`~.flic`
+(:class:`AnchorUpdate`), :mod:`~.fedpac` (:class:`CentroidSync` then :class:`HeadMixing`), :mod:`~.hyfem`
+(:class:`ModelMatching`), :mod:`~.feddadil` (:class:`DictionaryAveraging`), :mod:`~.fedhenn` (:class:`KernelSync`);
+Global Layers' :class:`BatchAlignment`; observers beside them (progress, dashboard, Lightning adapters). Each is a
+thin adapter from the engine's round hooks to the maths in ``fedhet.functional``.
+"""
+
 from fedhet.callbacks.base import FederatedCallback
 from fedhet.callbacks.batch_alignment import BatchAlignment
-from fedhet.callbacks.centroid_sync import CentroidSync
 from fedhet.callbacks.dashboard import FederationDashboard
-from fedhet.callbacks.dictionary_averaging import DictionaryAveraging
-from fedhet.callbacks.head_mixing import HeadMixing
-from fedhet.callbacks.kernel_sync import KernelSync
-from fedhet.callbacks.model_matching import ModelMatching
+from fedhet.callbacks.feddadil import DictionaryAveraging
+from fedhet.callbacks.fedhenn import KernelSync
+from fedhet.callbacks.fedpac import CentroidSync, HeadMixing
+from fedhet.callbacks.flic import AnchorUpdate
+from fedhet.callbacks.hyfem import ModelMatching
 from fedhet.callbacks.progress import RichRoundProgress
 
 __all__ = [

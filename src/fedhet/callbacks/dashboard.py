@@ -16,12 +16,11 @@ import torch
 from torch import Tensor
 
 from fedhet.callbacks import figures
-from fedhet.callbacks.anchor_update import AnchorUpdate
 from fedhet.callbacks.base import FederatedCallback
-from fedhet.callbacks.dictionary_averaging import DictionaryAveraging
-from fedhet.callbacks.head_mixing import HeadMixing
-from fedhet.callbacks.model_matching import ModelMatching
-from fedhet.core.statistics import ATOM_NAMES
+from fedhet.callbacks.feddadil import ATOM_NAMES, DictionaryAveraging
+from fedhet.callbacks.fedpac import HeadMixing
+from fedhet.callbacks.flic import AnchorUpdate
+from fedhet.callbacks.hyfem import ModelMatching
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

@@ -11,17 +11,16 @@ This package imports nothing else of fedhet (only torch), so every other package
   a module may declare beyond the contract (``capabilities``).
 * :class:`ClientUpdate`, :class:`ClientState`, :class:`ServerState`, :class:`ClientFailure`, :class:`RoundUploads`
   — what travels between clients and server and what each keeps (``state``).
-* :class:`Federation`, :class:`FederationHooks` — the typed hooks and what a callback may read of the trainer
-  (``hooks``).
+* :class:`Federation`, :class:`FederationHooks`, :class:`ServerAccess` — the typed hooks, what a callback may read
+  of the trainer, and what a server callback declares it reads and writes in the server state (``hooks``).
 * :class:`UploadDeclaration`, :class:`TensorSpec`, :class:`ExpectedUpload` — what a method declares it uploads
   and what the server admits from a client (``uploads``).
 * :func:`derive_seed`, :func:`seeded`, :func:`rng_preserved` — every random draw of a run derives from (seed,
   purpose, round, client) (``seeding``).
-* the statistic names that a method's module uploads and its server callback reads (``statistics``).
 """
 
 from fedhet.core.capabilities import BatchLossModule, PenalisedModule, RoundAware, StackableModule
-from fedhet.core.hooks import Federation, FederationHooks
+from fedhet.core.hooks import Federation, FederationHooks, ServerAccess
 from fedhet.core.protocols import EngineModule, FederatedModuleProtocol, LocalPhase, LocalTraining
 from fedhet.core.seeding import derive_seed, rng_preserved, seeded
 from fedhet.core.spec import ClientSpec, SpecLimits
@@ -64,6 +63,7 @@ __all__ = [
     "PenalisedModule",
     "RoundAware",
     "RoundUploads",
+    "ServerAccess",
     "ServerState",
     "SpecLimits",
     "StackableModule",

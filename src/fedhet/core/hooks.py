@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from torch import nn
 
@@ -54,6 +56,51 @@ class Federation(Protocol):
         """Whether this process trains and keeps the state of ``client_id``."""
 
 
+@dataclass(frozen=True, init=False)
+class ServerAccess:
+    """What a server-side callback reads and writes in the :class:`~fedhet.core.ServerState`, by name.
+
+    A method's server callback declares it as its class attribute ``server_access``; the engine holds the callback to
+    it. At setup a callback that ``reads`` a statistic must run after every callback that ``writes`` it, and no two
+    callbacks may write the same name (:func:`~fedhet.plugins.server_step.check_server_order`); in every round a
+    callback that changes a broadcast statistic or a per-client payload entry it does not declare stops the run,
+    naming itself and the entry (:func:`~fedhet.plugins.server_step.run_server_hook`). The shared parameters belong to
+    the aggregator and are not part of the declaration.
+
+    Args:
+        reads: broadcast statistics (keys of ``server_state.statistics``) the callback reads in its server hooks.
+        writes: broadcast statistics it adds, replaces, changes in place or removes.
+        per_client: the per-client payload entries it writes (``server_state.per_client[client_id][name]``), as
+            ``fnmatch`` patterns of ``name`` (like a module's ``shared``): FedPAC's mixed head writes ``head.weight``
+            and ``head.bias``, HyFEM's matching ``anchors.*``.
+
+    Example:
+        >>> access = ServerAccess(writes=["fedpac/global_centroids"], per_client=["anchors.*"])
+        >>> access.may_write("fedpac/global_centroids"), access.may_write_per_client("anchors.head/bias")
+        (True, True)
+        >>> access.may_write("fedpac/global_counts")
+        False
+
+    """
+
+    reads: frozenset[str]
+    writes: frozenset[str]
+    per_client: frozenset[str]
+
+    def __init__(self, reads: Iterable[str] = (), writes: Iterable[str] = (), per_client: Iterable[str] = ()) -> None:
+        object.__setattr__(self, "reads", frozenset(reads))
+        object.__setattr__(self, "writes", frozenset(writes))
+        object.__setattr__(self, "per_client", frozenset(per_client))
+
+    def may_write(self, key: str) -> bool:
+        """Whether the callback declares the broadcast statistic ``key``."""
+        return key in self.writes
+
+    def may_write_per_client(self, name: str) -> bool:
+        """Whether the callback declares the per-client payload entry ``name`` (some pattern matches it)."""
+        return any(fnmatchcase(name, pattern) for pattern in self.per_client)
+
+
 class FederationHooks:
     """The engine's hooks with their types, all no-ops; a callback overrides those it needs.
 
@@ -62,7 +109,13 @@ class FederationHooks:
     ``on_round_start``, per client ``on_client_fit_start`` then ``on_client_fit_end`` (see
     :mod:`fedhet.plugins.runners` for the stacked runner's order), ``on_aggregate_start``, ``on_aggregate_end``,
     ``on_evaluation_end`` (rounds that evaluate), ``on_round_end``; ``on_federation_end``.
+
+    A callback whose ``on_aggregate_start``/``on_aggregate_end`` writes into the server state declares what it
+    reads and writes there in :attr:`server_access` (nothing by default: such a callback only observes).
     """
+
+    server_access: ClassVar[ServerAccess] = ServerAccess()
+    """What the callback's server hooks read and write in the server state (:class:`ServerAccess`)."""
 
     def on_federation_start(self, trainer: Federation, module: nn.Module) -> None:
         """Called once before the first round (also after a resume)."""

@@ -25,8 +25,8 @@ from torch import Tensor, nn
 from torchmetrics import MeanMetric, Metric, MetricCollection
 from torchmetrics.classification import MulticlassAccuracy
 
+from fedhet.callbacks.feddadil import ATOM_NAMES, GLOBAL_NAMES, DictionaryAveraging, feddadil_upload
 from fedhet.core import ClientSpec, LocalPhase, TensorSpec, UploadDeclaration
-from fedhet.core.statistics import ATOM_NAMES, GLOBAL_NAMES
 from fedhet.functional.dictionary import (
     atom_batches,
     class_balanced_indices,
@@ -293,8 +293,6 @@ class FedDaDiL(FederatedModule):
 
     def configure_callbacks(self) -> list[Callback]:
         """The server step: :class:`~fedhet.callbacks.DictionaryAveraging` with the configured rule."""
-        from fedhet.callbacks.dictionary_averaging import DictionaryAveraging
-
         return [DictionaryAveraging(rule=self.aggregation)]
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
@@ -379,9 +377,8 @@ class FedDaDiL(FederatedModule):
         return {ATOM_NAMES[0]: self.atom_features.detach(), ATOM_NAMES[1]: self.atom_labels.detach()}
 
     def upload_declaration(self, spec: ClientSpec) -> UploadDeclaration:
-        """The client's atom version, shaped as the dictionary: features ``(K, n, d)``, labels ``(K, n, c)``."""
-        atoms = (self.atom_features, self.atom_labels)
-        return UploadDeclaration({name: TensorSpec.of(atom) for name, atom in zip(ATOM_NAMES, atoms, strict=True)})
+        """The client's atom version, shaped as the dictionary (:func:`~fedhet.callbacks.feddadil.feddadil_upload`)."""
+        return feddadil_upload(TensorSpec.of(self.atom_features), TensorSpec.of(self.atom_labels))
 
     def receive_statistics(self, statistics: Mapping[str, Tensor]) -> None:
         """Replace the local atom version with the server's global dictionary."""

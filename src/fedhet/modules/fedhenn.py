@@ -17,8 +17,8 @@ import torch
 from lightning.pytorch import Callback
 from torch import Tensor
 
-from fedhet.core import ClientSpec, TensorSpec, UploadDeclaration
-from fedhet.core.statistics import GLOBAL_KERNEL, KERNEL
+from fedhet.callbacks.fedhenn import GLOBAL_KERNEL, KERNEL, KernelSync, fedhenn_upload
+from fedhet.core import ClientSpec, UploadDeclaration
 from fedhet.functional.representation_kernels import kernel_penalty, random_alignment_inputs
 from fedhet.modules.flic import FLIC
 
@@ -87,10 +87,9 @@ class FedHeNN(FLIC):
         return {KERNEL: self._kernel} if self._kernel is not None else {}
 
     def upload_declaration(self, spec: ClientSpec) -> UploadDeclaration:
-        """The kernel ``(rad_size, rad_size)``, in the embedding's dtype."""
+        """The kernel ``(rad_size, rad_size)``, embedding dtype (:func:`~fedhet.callbacks.fedhenn.fedhenn_upload`)."""
         dtype = next(self.embedding.parameters()).dtype
-        kernel = TensorSpec((self.rad_size, self.rad_size), dtype)
-        return UploadDeclaration({KERNEL: kernel}, super().upload_declaration(spec).metrics)
+        return fedhenn_upload(self.rad_size, dtype, super().upload_declaration(spec).metrics)
 
     def receive_statistics(self, statistics: Mapping[str, Tensor]) -> None:
         """The federation's mean kernel."""
@@ -99,6 +98,4 @@ class FedHeNN(FLIC):
 
     def configure_callbacks(self) -> list[Callback]:
         """:class:`~fedhet.callbacks.KernelSync`."""
-        from fedhet.callbacks.kernel_sync import KernelSync
-
         return [KernelSync()]

@@ -4,7 +4,8 @@ J. Xu, X. Tong, S.-L. Huang, "Personalized Federated Learning with Feature Align
 ICLR 2023. Shared body, personal linear head; each round a client trains its head (body frozen), then its body (head
 frozen) with cross-entropy plus :math:`\lambda` times the distance of its features to the global class centroids. The
 server averages bodies and centroids (:class:`~fedhet.callbacks.CentroidSync`) and gives every client a mix of the
-participants' heads whose weights solve one simplex QP per client (:class:`~fedhet.callbacks.HeadMixing`).
+participants' heads whose weights solve one simplex QP per client (:class:`~fedhet.callbacks.HeadMixing`). The server
+step, the names of what travels and the upload declaration are in :mod:`fedhet.callbacks.fedpac`.
 """
 
 from __future__ import annotations
@@ -17,8 +18,7 @@ import torch.nn.functional as F
 from lightning.pytorch import Callback
 from torch import Tensor
 
-from fedhet.core import ClientSpec, LocalPhase, TensorSpec, UploadDeclaration
-from fedhet.core.statistics import (
+from fedhet.callbacks.fedpac import (
     CENTROIDS,
     COUNTS,
     GLOBAL_CENTROIDS,
@@ -27,7 +27,11 @@ from fedhet.core.statistics import (
     HEAD_NAMES,
     HEAD_PREFIX,
     HEAD_V,
+    CentroidSync,
+    HeadMixing,
+    fedpac_upload,
 )
+from fedhet.core import ClientSpec, LocalPhase, TensorSpec, UploadDeclaration
 from fedhet.functional.centroids import (
     class_feature_sums,
     feature_alignment_loss,
@@ -35,8 +39,6 @@ from fedhet.functional.centroids import (
     head_statistics,
 )
 from fedhet.modules.baselines import FedRep
-
-#: names of the statistics FedPAC uploads (besides the shared body) and receives
 
 
 class FedPAC(FedRep):
@@ -120,10 +122,10 @@ class FedPAC(FedRep):
         self._own_centroids: Tensor | None = None
 
     def configure_callbacks(self) -> list[Callback]:
-        """:class:`~fedhet.callbacks.CentroidSync` and/or :class:`~fedhet.callbacks.HeadMixing`, per the switches."""
-        from fedhet.callbacks.centroid_sync import CentroidSync
-        from fedhet.callbacks.head_mixing import HeadMixing
+        """:class:`~fedhet.callbacks.CentroidSync` then :class:`~fedhet.callbacks.HeadMixing`, per the switches.
 
+        The server runs them in this order (neither reads what the other writes).
+        """
         callbacks: list[Callback] = []
         if self.feature_alignment:
             callbacks.append(CentroidSync())
@@ -229,20 +231,19 @@ class FedPAC(FedRep):
         return dict(self._upload)
 
     def upload_declaration(self, spec: ClientSpec) -> UploadDeclaration:
-        """FedPAC's statistics for a client, by switch.
+        """FedPAC's statistics for a client, by switch (:func:`~fedhet.callbacks.fedpac.fedpac_upload`).
 
         Centroids ``(K, d)`` and counts ``(K,)`` with feature alignment; :math:`H` ``(K, d)``, :math:`v` ``()`` and
         the trained head with classifier collaboration; ``train/align`` besides the loss.
         """
-        k, d = self.head.out_features, self.head.in_features
-        dtype = torch.get_default_dtype()  # the statistics passes accumulate in fresh tensors
-        statistics: dict[str, TensorSpec] = {}
-        if self.feature_alignment:
-            statistics |= {CENTROIDS: TensorSpec((k, d), dtype), COUNTS: TensorSpec((k,), dtype)}
-        if self.classifier_collaboration:
-            statistics |= {HEAD_H: TensorSpec((k, d), dtype), HEAD_V: TensorSpec((), dtype)}
-            statistics |= {HEAD_PREFIX + name: TensorSpec.of(self.get_parameter(name)) for name in HEAD_NAMES}
-        return UploadDeclaration(statistics, frozenset({"train/loss", "train/align"}))
+        head = {name: TensorSpec.of(self.get_parameter(name)) for name in HEAD_NAMES}
+        return fedpac_upload(
+            self.head.out_features,
+            self.head.in_features,
+            head,
+            self.feature_alignment,
+            self.classifier_collaboration,
+        )
 
     def receive_statistics(self, statistics: Mapping[str, Tensor]) -> None:
         """The global centroids and which classes have one."""

@@ -21,8 +21,16 @@ from lightning.pytorch import Callback
 from torch import Tensor, nn
 from torch.func import functional_call
 
-from fedhet.core import ClientSpec, LocalPhase, TensorSpec, UploadDeclaration
-from fedhet.core.statistics import ANCHOR_COUNTS, ANCHOR_FACTORS, ANCHOR_MEANS, GLOBAL_FACTORS, GLOBAL_MEANS
+from fedhet.callbacks.flic import (
+    ANCHOR_COUNTS,
+    ANCHOR_FACTORS,
+    ANCHOR_MEANS,
+    GLOBAL_FACTORS,
+    GLOBAL_MEANS,
+    AnchorUpdate,
+    flic_upload,
+)
+from fedhet.core import ClientSpec, LocalPhase, UploadDeclaration
 from fedhet.functional.anchors import (
     anchor_sample_ce,
     draws_by_class,
@@ -803,17 +811,17 @@ class FLIC(FederatedClassifier):
         """FLIC's anchors after local training (nothing when no term uses them).
 
         Their means ``(C, k)``, their factors ``(C, k, k)`` when learned, the class counts ``(C,)`` with
-        ``anchor_holders_only``; the alignment and pre-training losses besides the loss.
+        ``anchor_holders_only``; the alignment and pre-training losses besides the loss
+        (:func:`~fedhet.callbacks.flic.flic_upload`).
         """
-        metrics = frozenset({"train/loss", "train/align", "train/pretrain_loss"})
-        if not self.uses_anchors:
-            return UploadDeclaration(metrics=metrics)
-        statistics = {ANCHOR_MEANS: TensorSpec.of(self.anchor_means)}
-        if self.learn_covariance:
-            statistics[ANCHOR_FACTORS] = TensorSpec.of(self.anchor_factors)
-        if self.anchor_holders_only:
-            statistics[ANCHOR_COUNTS] = TensorSpec((spec.num_classes,), torch.float32)
-        return UploadDeclaration(statistics, metrics)
+        return flic_upload(
+            spec.num_classes,
+            self.latent_dim,
+            anchors=self.uses_anchors,
+            learn_covariance=self.learn_covariance,
+            holders_only=self.anchor_holders_only,
+            dtype=self.anchor_means.dtype if self.uses_anchors else torch.float32,
+        )
 
     def receive_statistics(self, statistics: Mapping[str, Tensor]) -> None:
         """Take the server's averaged anchors."""
@@ -824,8 +832,6 @@ class FLIC(FederatedClassifier):
 
     def configure_callbacks(self) -> list[Callback]:
         """:class:`~fedhet.callbacks.AnchorUpdate`, which also tells the module its round."""
-        from fedhet.callbacks.anchor_update import AnchorUpdate
-
         return [
             AnchorUpdate(
                 weighting=self.anchor_weighting,

@@ -20,8 +20,8 @@ import torch.nn.functional as F
 from lightning.pytorch import Callback
 from torch import Tensor, nn
 
+from fedhet.callbacks.hyfem import EXTRACTORS, STAT_PREFIX, ModelMatching, anchor_key, hyfem_upload
 from fedhet.core import ClientSpec, TensorSpec, UploadDeclaration
-from fedhet.core.statistics import EXTRACTORS, STAT_PREFIX, anchor_key
 from fedhet.functional.matching import CostMode
 from fedhet.functional.proximal import proximal_penalty
 from fedhet.modules.classifier import FederatedClassifier
@@ -127,8 +127,6 @@ class HyFEM(FederatedClassifier):
 
     def configure_callbacks(self) -> list[Callback]:
         """:class:`~fedhet.callbacks.ModelMatching` with this module's architecture and matching settings."""
-        from fedhet.callbacks.model_matching import ModelMatching
-
         return [
             ModelMatching(
                 body=HybridBody,
@@ -193,8 +191,8 @@ class HyFEM(FederatedClassifier):
         return {STAT_PREFIX + name: param.detach() for name, param in self.named_parameters()}
 
     def upload_declaration(self, spec: ClientSpec) -> UploadDeclaration:
-        """Every parameter of the client's model, as ``hyfem/<name>``, shaped as the client's architecture has it."""
-        return UploadDeclaration({STAT_PREFIX + name: TensorSpec.of(param) for name, param in self.named_parameters()})
+        """Every parameter of the client's model as ``hyfem/<name>`` (:func:`~fedhet.callbacks.hyfem.hyfem_upload`)."""
+        return hyfem_upload({name: TensorSpec.of(param) for name, param in self.named_parameters()})
 
 
 class HybridLocal(HyFEM):

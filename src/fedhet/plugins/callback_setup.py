@@ -9,6 +9,8 @@ from lightning.fabric.loggers import Logger
 from lightning.pytorch import Callback, LightningModule
 from lightning.pytorch.loggers import WandbLogger
 
+from fedhet.plugins.server_step import check_server_order
+
 
 def user_loggers(logger: Logger | Iterable[Logger] | bool | None) -> list[Logger]:
     """The loggers a user passed as the trainer's ``logger`` (``True``/``False``: none yet).
@@ -28,11 +30,14 @@ def federation_callbacks(
 ) -> list[Any]:
     """The run's callbacks, in calling order.
 
-    The user's callbacks, then the module's ``configure_callbacks()`` (which win over a user callback of the same
-    type); Lightning's ``ModelCheckpoint``/``EarlyStopping`` swapped for their round-granular adapters (any other
-    Lightning callback refused, :func:`~fedhet.callbacks.lightning_adapters.adapt_lightning_callbacks`); a
+    The user's callbacks, then the module's ``configure_callbacks()`` in the order the method states there (which win
+    over a user callback of the same type); Lightning's ``ModelCheckpoint``/``EarlyStopping`` swapped for their
+    round-granular adapters (any other Lightning callback refused,
+    :func:`~fedhet.callbacks.lightning_adapters.adapt_lightning_callbacks`); a
     :class:`~fedhet.callbacks.dashboard.FederationDashboard` when a W&B logger is used and none was given; a
-    :class:`~fedhet.callbacks.progress.RichRoundProgress` when ``progress`` and none was given.
+    :class:`~fedhet.callbacks.progress.RichRoundProgress` when ``progress`` and none was given. The order is checked
+    against the callbacks' declared server-state access (:func:`~fedhet.plugins.server_step.check_server_order`: a
+    callback that reads a server statistic runs after the one that writes it).
     """
     # imported here: fedhet.callbacks reaches fedhet.modules (HyFEM's server model), which imports this package
     from fedhet.callbacks.dashboard import FederationDashboard
@@ -44,6 +49,7 @@ def federation_callbacks(
     declared_types = {type(cb) for cb in declared}
     callbacks = [cb for cb in user_callbacks if type(cb) not in declared_types] + declared
     callbacks = adapt_lightning_callbacks(callbacks)
+    check_server_order(callbacks)
     if any(isinstance(lg, WandbLogger) for lg in loggers) and not any(
         isinstance(cb, FederationDashboard) for cb in callbacks
     ):

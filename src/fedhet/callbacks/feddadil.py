@@ -1,4 +1,10 @@
-"""DictionaryAveraging: FedDaDiL's server step — one global dictionary from the clients' atom versions."""
+r"""FedDaDiL's server step: its wire names, its upload declaration and the dictionary averaging.
+
+E. F. Montesuma, F. Espinoza Castellon, F. N. Mboula, A. Mayoue, A. Souloumiac, C. Gouy-Pailler, "Dataset Dictionary
+Learning in a Wasserstein Space for Federated Domain Adaptation", 2024. A client (:class:`~fedhet.modules.FedDaDiL`)
+uploads its version of the :math:`K` atoms (support features and label logits), as :func:`feddadil_upload` declares;
+the server's one callback, :class:`DictionaryAveraging`, broadcasts the next global dictionary.
+"""
 
 from __future__ import annotations
 
@@ -10,12 +16,27 @@ import torch
 from torch import Tensor
 
 from fedhet.callbacks.base import FederatedCallback
-from fedhet.core import ClientUpdate, Federation, ServerState
+from fedhet.core import ClientUpdate, Federation, ServerAccess, ServerState, TensorSpec, UploadDeclaration
 from fedhet.core.seeding import derive_seed
-from fedhet.core.statistics import ATOM_NAMES, GLOBAL_NAMES
 from fedhet.functional.aggregation import weighted_mean
 
 Rule = Literal["avg", "weighted", "random"]
+
+ATOM_NAMES = ("dadil/atom_features", "dadil/atom_labels")
+"""What a client uploads: its version of the atoms, features ``(K, n, d)`` and labels ``(K, n, c)``."""
+GLOBAL_NAMES = ("dadil/global_atom_features", "dadil/global_atom_labels")
+"""What the server broadcasts: the global dictionary, shaped as the atoms."""
+
+
+def feddadil_upload(features: TensorSpec, labels: TensorSpec) -> UploadDeclaration:
+    """What a FedDaDiL client uploads: its atom version, shaped as the dictionary (``features``, ``labels``).
+
+    Example:
+        >>> sorted(feddadil_upload(TensorSpec((2, 5, 3)), TensorSpec((2, 5, 4))).statistics)
+        ['dadil/atom_features', 'dadil/atom_labels']
+
+    """
+    return UploadDeclaration(dict(zip(ATOM_NAMES, (features, labels), strict=True)))
 
 
 class DictionaryAveraging(FederatedCallback):
@@ -25,15 +46,17 @@ class DictionaryAveraging(FederatedCallback):
     :math:`P_g^{(r+1)} = \frac{1}{N} \sum_\ell P_\ell^*` (features and labels alike; with the softmax
     parametrisation the labels' logits are averaged). The alternatives of the authors' reference code are options:
     ``"weighted"`` weighs each client by its number of training samples, ``"random"`` takes one participant's version,
-    drawn from the run's seed and the round (the ICASSP 2024 predecessor). Reads the uploads' ``dadil/atom_features``
-    and ``dadil/atom_labels``, writes ``dadil/global_atom_features`` and ``dadil/global_atom_labels`` into the
-    broadcast statistics, and logs ``dadil/version_spread`` (mean squared distance of the clients' atom features to
-    the new dictionary: how far local versions drifted apart) and ``dadil/server_seconds``.
+    drawn from the run's seed and the round (the ICASSP 2024 predecessor). Reads the uploads' :data:`ATOM_NAMES`,
+    writes :data:`GLOBAL_NAMES` into the broadcast statistics, and logs ``dadil/version_spread`` (mean squared
+    distance of the clients' atom features to the new dictionary: how far local versions drifted apart) and
+    ``dadil/server_seconds``.
 
     Args:
         rule: ``"avg"``, ``"weighted"`` or ``"random"``.
 
     """
+
+    server_access = ServerAccess(writes=GLOBAL_NAMES)
 
     def __init__(self, rule: Rule = "avg") -> None:
         if rule not in ("avg", "weighted", "random"):

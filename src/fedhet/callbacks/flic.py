@@ -1,4 +1,10 @@
-"""AnchorUpdate: FLIC's server step, the barycenter of the participants' Gaussian anchors, broadcast to every client."""
+r"""FLIC's server step: its wire names, its upload declaration and the anchor update.
+
+A. Rakotomamonjy, M. Vono, H. J. Medina Ruiz, L. Ralaivola, "Personalised Federated Learning On Heterogeneous Feature
+Spaces", TMLR 2024. The module (:class:`~fedhet.modules.FLIC`) uploads its version of the Gaussian anchors
+:math:`\mathcal{N}(v_c, L_c L_c^\top)` after local training, as :func:`flic_upload` declares; the server's one callback,
+:class:`AnchorUpdate`, broadcasts their barycenter (:func:`~fedhet.functional.gaussian.gaussian_barycenter`).
+"""
 
 from __future__ import annotations
 
@@ -10,9 +16,63 @@ import torch
 from torch import Tensor, nn
 
 from fedhet.callbacks.base import FederatedCallback
-from fedhet.core import ClientUpdate, Federation, RoundAware, ServerState
-from fedhet.core.statistics import ANCHOR_COUNTS, ANCHOR_FACTORS, ANCHOR_MEANS, GLOBAL_FACTORS, GLOBAL_MEANS
+from fedhet.core import (
+    ClientUpdate,
+    Federation,
+    RoundAware,
+    ServerAccess,
+    ServerState,
+    TensorSpec,
+    UploadDeclaration,
+)
 from fedhet.functional.gaussian import gaussian_barycenter
+
+ANCHOR_MEANS = "flic/anchor_means"
+"""Uploaded: the client's anchor means :math:`v_c`, ``(C, k)``."""
+ANCHOR_FACTORS = "flic/anchor_factors"
+"""Uploaded with learned covariances: the client's lower-triangular factors :math:`L_c`, ``(C, k, k)``."""
+ANCHOR_COUNTS = "flic/anchor_counts"
+"""Uploaded with ``holders_only``: the client's class counts, ``(C,)``."""
+GLOBAL_MEANS = "flic/global_anchor_means"
+"""Broadcast: the averaged anchor means, ``(C, k)``."""
+GLOBAL_FACTORS = "flic/global_anchor_factors"
+"""Broadcast with learned covariances: the averaged anchor factors, ``(C, k, k)``."""
+METRICS = frozenset({"train/loss", "train/align", "train/pretrain_loss"})
+"""The training metrics a FLIC client logs: the loss, the alignment term and the pre-training loss."""
+
+
+def flic_upload(
+    num_classes: int,
+    latent_dim: int,
+    anchors: bool = True,
+    learn_covariance: bool = False,
+    holders_only: bool = False,
+    dtype: torch.dtype = torch.float32,
+) -> UploadDeclaration:
+    """What a FLIC client uploads (it shares its other parameters by name).
+
+    Args:
+        num_classes: :math:`C`, the federation's classes.
+        latent_dim: :math:`k`, the latent space's width.
+        anchors: whether any term uses the anchors (nothing is uploaded otherwise: HetFedRep, HetLocal).
+        learn_covariance: upload the factors ``(C, k, k)`` besides the means ``(C, k)``.
+        holders_only: upload the class counts ``(C,)`` (float32), so that the server averages a class over its
+            holders only.
+        dtype: of the anchors.
+
+    Example:
+        >>> sorted(flic_upload(3, 2, holders_only=True).statistics)
+        ['flic/anchor_counts', 'flic/anchor_means']
+
+    """
+    if not anchors:
+        return UploadDeclaration(metrics=METRICS)
+    statistics = {ANCHOR_MEANS: TensorSpec((num_classes, latent_dim), dtype)}
+    if learn_covariance:
+        statistics[ANCHOR_FACTORS] = TensorSpec((num_classes, latent_dim, latent_dim), dtype)
+    if holders_only:
+        statistics[ANCHOR_COUNTS] = TensorSpec((num_classes,), torch.float32)
+    return UploadDeclaration(statistics, METRICS)
 
 
 class AnchorUpdate(FederatedCallback):
@@ -35,6 +95,8 @@ class AnchorUpdate(FederatedCallback):
         covariance_aggregation: ``"bures"`` or ``"cholesky_mean"`` (see above).
 
     """
+
+    server_access = ServerAccess(writes=(GLOBAL_MEANS, GLOBAL_FACTORS))
 
     def __init__(
         self,

@@ -1,4 +1,11 @@
-"""ModelMatching: HyFEM's server — the full-feature model, per-block extractor averaging and neuron matching."""
+"""HyFEM's server step: its wire names, its upload declaration and the model matching.
+
+Zhang et al., "Hybrid Federated Learning for Feature & Sample Heterogeneity: Algorithms and Implementation", TMLR
+2024. A client (:class:`~fedhet.modules.HyFEM`) uploads its whole model as ``hyfem/<parameter name>`` statistics, as
+:func:`hyfem_upload` declares; the server's one callback, :class:`ModelMatching`, keeps the full-feature server model
+and sends each client its anchors as ``anchors.<parameter path>`` entries of its per-client payload
+(:func:`anchor_key`).
+"""
 
 from __future__ import annotations
 
@@ -11,11 +18,41 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from fedhet.callbacks.base import FederatedCallback
-from fedhet.core import ClientUpdate, Federation, ServerState
+from fedhet.core import ClientUpdate, Federation, ServerAccess, ServerState, TensorSpec, UploadDeclaration
 from fedhet.core.seeding import derive_seed, seeded
-from fedhet.core.statistics import CLASSIFIER, EXTRACTORS, STAT_PREFIX, anchor_key
 from fedhet.functional.aggregation import weighted_mean
 from fedhet.functional.matching import Classifier, CostMode, matching_objective, model_matching, project_classifier
+
+STAT_PREFIX = "hyfem/"
+"""Prefix of the uploaded statistics: ``hyfem/<parameter name>`` for every parameter of the client model."""
+EXTRACTORS = "body.extractors."
+"""Prefix of the extractor parameters (:math:`\\Theta`); the others form the classifier (:math:`w`)."""
+CLASSIFIER = ("body.hidden.weight", "body.hidden.bias", "head.weight", "head.bias")
+"""The classifier's parameters in :class:`~fedhet.functional.matching.Classifier` order ``(w1, b1, w2, b2)``."""
+ANCHORS = "anchors."
+"""Prefix of the per-client payload's entries: a client's anchors, ``anchors.<parameter path>``."""
+
+
+def anchor_key(name: str) -> str:
+    """The state-dict name of HyFEM's anchor (server view) of parameter ``name``, e.g. ``anchors.head/weight``.
+
+    Example:
+        >>> anchor_key("head.weight")
+        'anchors.head/weight'
+
+    """
+    return ANCHORS + name.replace(".", "/")
+
+
+def hyfem_upload(parameters: Mapping[str, TensorSpec]) -> UploadDeclaration:
+    """What a HyFEM client uploads: every parameter of its model (``parameters``, by name) as ``hyfem/<name>``.
+
+    Example:
+        >>> hyfem_upload({"head.bias": TensorSpec((3,))}).statistics
+        {'hyfem/head.bias': TensorSpec(shape=(3,), dtype=torch.float32)}
+
+    """
+    return UploadDeclaration({STAT_PREFIX + name: spec for name, spec in parameters.items()})
 
 
 @runtime_checkable
@@ -51,6 +88,8 @@ class ModelMatching(FederatedCallback):
     ``hyfem/matching_seconds``, ``hyfem/objective`` (the classifier part of eq. 6) and ``hyfem/rematched`` (clients
     whose matching changed).
 
+    Server state: writes every client's ``anchors.*`` per-client payload entries; no broadcast statistic.
+
     Args:
         body: builds the server model's body from ``(block widths, extractor widths, hidden width)``: the clients'
             network class (:class:`~fedhet.modules.HybridBody`, which :class:`~fedhet.modules.HyFEM` passes), so
@@ -63,6 +102,8 @@ class ModelMatching(FederatedCallback):
         cost: ``"exact"``, ``"incoming"`` or ``"descent"`` (:func:`~fedhet.functional.matching_cost`).
 
     """
+
+    server_access = ServerAccess(per_client=(ANCHORS + "*",))
 
     def __init__(
         self,
