@@ -8,6 +8,8 @@ import http.server
 import json
 import os
 import pickle
+import subprocess
+import sys
 import threading
 import warnings
 import zipfile
@@ -21,7 +23,7 @@ from fedhet.modules import FedAvg, FedRep
 from fedhet.plugins import FederatedTrainer
 from fedhet.plugins.checkpoint import load_checkpoint, save_checkpoint
 from fedhet.plugins.client_store import spill_name
-from fedhet.plugins.run_folder import versions
+from fedhet.plugins.run_folder import RunFolder, versions
 
 
 def make_trainer(root, **kwargs):
@@ -86,6 +88,34 @@ def test_evaluation_during_a_fit_gets_its_own_folder(tmp_path, tiny_federation):
     probe = AtRoundEnd(evaluate)
     make_trainer(tmp_path, rounds=2, callbacks=[probe]).fit(FedAvg(hidden_dims=[8]), tiny_federation, ckpt_path="last")
     assert probe.outcomes == ["version_1"]
+
+
+@pytest.mark.distributed
+def test_two_processes_export_every_client_and_share_a_refusal(tmp_path):
+    from tests.integrations.test_distributed import run_cli
+
+    run_cli(tmp_path, "run", "FedRep", rounds=1, devices=2)
+    root = tmp_path / "run"
+    command = [sys.executable, "-m", "fedhet"]
+    options = ["-c", str(tmp_path / "FedRep.yaml"), "--trainer.devices", "2", "--trainer.default_root_dir", str(root)]
+    options += ["--ckpt_path", "last"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    subprocess.run([*command, "export", *options], check=True, env=env, timeout=300, capture_output=True)
+    clients = root / "version_0" / "clients"
+    index = json.loads((clients / "index.json").read_text())
+    assert len(index) == 5  # rank 1's clients too
+    assert all((clients / name).is_file() for name in index.values())
+    holder = RunFolder(root)
+    holder.hold(0, "fit")  # another command holds the run: both processes of the resume stop, neither waits
+    try:
+        refused = subprocess.run(
+            [*command, "fit", *options, "--trainer.rounds", "2"], env=env, timeout=300, capture_output=True, text=True
+        )
+    finally:
+        holder.release()
+    assert refused.returncode == 1
+    (line,) = {line for line in refused.stderr.splitlines() if line.startswith("fedhet: error:")}  # each process's
+    assert "version_0" in line and f"pid {os.getpid()}" in line
 
 
 # ---------------------------------------------------------------- exports
