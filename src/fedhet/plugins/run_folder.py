@@ -147,7 +147,8 @@ class RunFolder:
             raise RunFolderHeldError(f"{folder} is in use by {_holder_of(folder)}; wait for it to end")
         self.release()
         self._lock = lock
-        holder = f"fedhet {command} (pid {os.getpid()} on {socket.gethostname()}, since {time.strftime('%H:%M:%S')})"
+        since = time.strftime("%Y-%m-%d %H:%M:%S")
+        holder = f"fedhet {command} (pid {os.getpid()} on {socket.gethostname()}, since {since})"
         atomic_write(folder / HOLDER_NAME, lambda tmp: tmp.write_text(holder))
         remove_dead_spills(folder / "client_state")
         return version
