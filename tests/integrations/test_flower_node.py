@@ -13,6 +13,7 @@ from fedhet.cli import FederatedCLI  # noqa: E402
 from fedhet.integrations.flower import RemoteFederation, RemoteRunner, load_run  # noqa: E402
 from fedhet.integrations.flower.apps import cached_node_client, node_client  # noqa: E402
 from tests.integrations.flower_helpers import read_metrics, write_config  # noqa: E402
+from tests.integrations.flower_loopback import cold, recipe  # noqa: E402
 from tests.integrations.test_flower_engine import LoopbackNodes  # noqa: E402
 
 CLIENTS = ["client_000", "client_001", "client_002"]
@@ -103,3 +104,14 @@ def test_reused_node_clients_equal_simulation(tmp_path, method):
     assert [row["round"] for row in expected if row["round"]] == ["0.0", "1.0", "2.0"]
     assert read_metrics(tmp_path / "remote") == expected
     assert [p.name for p in (tmp_path / "remote").iterdir()] == ["version_0"]  # the server's only
+
+
+def test_the_docs_loopback_recipe_is_whole():
+    setup, link, nodes, run = recipe()  # what the deployment tests run, block by block
+    assert "insecure = true" in setup
+    assert "flower-superlink --insecure" in link
+    assert "--isolation process" in nodes
+    assert "fedhet.integrations.flower.node" in nodes
+    assert run.startswith("flwr run examples/flower_app loopback --stream")
+    assert "--isolation subprocess" in cold(nodes)
+    assert "fedhet.integrations.flower.node" not in cold(nodes)
