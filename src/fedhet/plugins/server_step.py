@@ -16,8 +16,10 @@ from torch import Tensor
 from fedhet.core import ServerAccess, ServerState, non_finite
 from fedhet.plugins.hooks import CallbackHooks
 
-#: A tensor's identity and in-place version: it changed if either did.
-_Mark = tuple[int, int]
+#: A tensor and its in-place version: an entry changed if it holds another tensor or the version moved.
+_Mark = tuple[Tensor, int]
+#: Marks of the broadcast statistics, and of each client's per-client payload.
+_Snapshot = tuple[dict[str, _Mark], dict[str, dict[str, _Mark]]]
 
 
 class ServerStepError(RuntimeError):
@@ -102,11 +104,12 @@ def check_server_order(callbacks: Iterable[object]) -> None:
 
 
 def _marks(tensors: Mapping[str, Tensor]) -> dict[str, _Mark]:
-    """Each tensor's identity and version counter (an in-place change bumps it)."""
-    return {name: (id(t), _version(t)) for name, t in tensors.items()}
+    """Each tensor (held, so that no new tensor can take its identity) and its version counter (bumped in place)."""
+    return {name: (t, _version(t)) for name, t in tensors.items()}
 
 
 def _version(tensor: Tensor) -> int:
+    """The tensor's in-place version counter (0 for a tensor that keeps none)."""
     try:
         return int(tensor._version)
     except RuntimeError:  # an inference tensor keeps no version counter: its identity tells replacements only
@@ -115,17 +118,20 @@ def _version(tensor: Tensor) -> int:
 
 def _changed(before: Mapping[str, _Mark], after: Mapping[str, _Mark]) -> list[str]:
     """Names added, removed or changed between two :func:`_marks`."""
-    return [name for name in {**before, **after} if before.get(name) != after.get(name)]
+    changed = []
+    for name in {**before, **after}:
+        old, new = before.get(name), after.get(name)
+        if old is None or new is None or old[0] is not new[0] or old[1] != new[1]:
+            changed.append(name)
+    return changed
 
 
-def _snapshot(server_state: ServerState) -> tuple[dict[str, _Mark], dict[str, dict[str, _Mark]]]:
+def _snapshot(server_state: ServerState) -> _Snapshot:
     """Marks of the broadcast statistics and of every per-client payload."""
     return _marks(server_state.statistics), {cid: _marks(p) for cid, p in server_state.per_client.items()}
 
 
-def undeclared_write(
-    access: ServerAccess, before: tuple[dict[str, _Mark], dict[str, dict[str, _Mark]]], server_state: ServerState
-) -> str | None:
+def _undeclared_write(access: ServerAccess, before: _Snapshot, server_state: ServerState) -> str | None:
     """The first entry of ``server_state`` changed since ``before`` that ``access`` does not declare, or ``None``."""
     statistics, per_client = _snapshot(server_state)
     for key in _changed(before[0], statistics):
@@ -155,7 +161,7 @@ def run_server_hook(hooks: CallbackHooks, hook: str, round_idx: int, server_stat
         except Exception as err:
             raise ServerStepError(f"round {round_idx}: {name} raised {type(err).__name__}: {err}") from err
         check_server_state(server_state, round_idx, name)
-        undeclared = undeclared_write(server_access(callback), before, server_state)
+        undeclared = _undeclared_write(server_access(callback), before, server_state)
         if undeclared is not None:
             raise ServerStepError(
                 f"round {round_idx}: {name} wrote {undeclared}, which its server_access does not declare"
