@@ -50,7 +50,12 @@ def atomic_write(path: str | Path, write: Callable[[Path], object]) -> None:
 
 def atomic_torch_save(obj: Any, path: str | Path) -> None:
     """``torch.save`` ``obj`` to ``path`` atomically (:func:`atomic_write`)."""
-    atomic_write(path, lambda tmp: torch.save(obj, tmp))
+
+    def write(tmp: Path) -> None:
+        with tmp.open("wb") as f:
+            torch.save(obj, f)
+
+    atomic_write(path, write)
 
 
 def try_lock(lock_file: str | Path) -> FileLock | None:
