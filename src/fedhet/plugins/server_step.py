@@ -16,7 +16,7 @@ from torch import Tensor
 from fedhet.core import ServerAccess, ServerState, non_finite
 from fedhet.plugins.hooks import CallbackHooks
 
-#: A tensor and its in-place version: an entry changed if it holds another tensor or the version moved.
+#: An entry's tensor (held, so that no new tensor can take its identity) and its in-place version counter.
 _Mark = tuple[Tensor, int]
 #: Marks of the broadcast statistics, and of each client's per-client payload.
 _Snapshot = tuple[dict[str, _Mark], dict[str, dict[str, _Mark]]]
@@ -104,8 +104,11 @@ def check_server_order(callbacks: Iterable[object]) -> None:
 
 
 def _marks(tensors: Mapping[str, Tensor]) -> dict[str, _Mark]:
-    """Each tensor (held, so that no new tensor can take its identity) and its version counter (bumped in place)."""
-    return {name: (t, _version(t)) for name, t in tensors.items()}
+    """Each entry's tensor and version counter (an in-place change bumps it)."""
+    try:
+        return {name: (t, t._version) for name, t in tensors.items()}
+    except RuntimeError:  # an inference tensor among them
+        return {name: (t, _version(t)) for name, t in tensors.items()}
 
 
 def _version(tensor: Tensor) -> int:
@@ -116,12 +119,12 @@ def _version(tensor: Tensor) -> int:
         return 0
 
 
-def _changed(before: Mapping[str, _Mark], after: Mapping[str, _Mark]) -> list[str]:
-    """Names added, removed or changed between two :func:`_marks`."""
-    changed = []
-    for name in {**before, **after}:
-        old, new = before.get(name), after.get(name)
-        if old is None or new is None or old[0] is not new[0] or old[1] != new[1]:
+def _changed(before: Mapping[str, _Mark], after: Mapping[str, Tensor]) -> list[str]:
+    """Names of ``after`` added, replaced or changed in place since ``before``, and the names removed since."""
+    changed = [name for name in before if name not in after]
+    for name, tensor in after.items():
+        mark = before.get(name)
+        if mark is None or mark[0] is not tensor or mark[1] != _version(tensor):
             changed.append(name)
     return changed
 
@@ -133,13 +136,15 @@ def _snapshot(server_state: ServerState) -> _Snapshot:
 
 def _undeclared_write(access: ServerAccess, before: _Snapshot, server_state: ServerState) -> str | None:
     """The first entry of ``server_state`` changed since ``before`` that ``access`` does not declare, or ``None``."""
-    statistics, per_client = _snapshot(server_state)
-    for key in _changed(before[0], statistics):
+    for key in _changed(before[0], server_state.statistics):
         if not access.may_write(key):
             return f"server statistic '{key}'"
-    for cid in {**before[1], **per_client}:
-        for name in _changed(before[1].get(cid, {}), per_client.get(cid, {})):
-            if not access.may_write_per_client(name):
+    declared: dict[str, bool] = {}  # clients share their entries' names: match each name once
+    for cid in {**before[1], **server_state.per_client}:
+        for name in _changed(before[1].get(cid, {}), server_state.per_client.get(cid, {})):
+            if name not in declared:
+                declared[name] = access.may_write_per_client(name)
+            if not declared[name]:
                 return f"per-client payload entry '{name}' of client '{cid}'"
     return None
 
