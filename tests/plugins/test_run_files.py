@@ -325,3 +325,18 @@ def test_an_evaluation_in_a_new_folder_is_not_warned_about_deleted_logs(tmp_path
         tester.test(FedAvg(hidden_dims=[8]), tiny_federation, ckpt_path="last")
     assert not [w for w in caught if "will be deleted" in str(w.message)]
     assert rounds_logged(tmp_path / "version_1") == [1]
+
+
+def test_the_log_is_appended_and_a_row_cut_short_by_a_kill_is_dropped(tmp_path):
+    from fedhet.plugins.run_folder import _RunLogWriter
+
+    writer = _RunLogWriter(str(tmp_path))
+    for step in range(3):
+        writer.log_metrics({"loss": float(step)}, step=step)
+        writer.save()
+    with (tmp_path / "metrics.csv").open("a") as f:
+        f.write("0.5,")  # a kill while appending step 3
+    resumed = _RunLogWriter(str(tmp_path))
+    resumed.log_metrics({"loss": 3.0, "acc": 1.0}, step=3)
+    resumed.save()
+    assert rounds_logged(tmp_path) == [0, 1, 2, 3]

@@ -11,6 +11,7 @@ replaced atomically (:class:`RunCSVLogger`), so a killed command never leaves le
 from __future__ import annotations
 
 import csv
+import io
 import logging
 import os
 import re
@@ -234,10 +235,16 @@ def _holder_of(folder: Path) -> str:
 class _RunLogWriter(ExperimentWriter):
     """Lightning's CSV experiment writer for a version folder the run holds: what the folder holds is never deleted.
 
-    Every save replaces ``metrics.csv`` atomically with the rows it held and the new ones (a new row's values replace
-    those of the row of its step: a resumed run writes its checkpoint's rounds again over the rows a killed run left),
-    and ``hparams.yaml`` is replaced atomically too.
+    Its first save replaces ``metrics.csv`` atomically with the rows it held and the new ones (a new row's values
+    replace those of the row of its step: a resumed run writes its checkpoint's rounds again over the rows a killed run
+    left); later saves append their rows (flushed and fsynced) when they bring new steps and no new column, else
+    replace the file again. A row cut short by a kill while appending is dropped by the next replacement.
+    ``hparams.yaml`` is replaced atomically.
     """
+
+    def __init__(self, log_dir: str) -> None:
+        super().__init__(log_dir=log_dir)
+        self._steps_written: set[Any] | None = None  # the steps of metrics.csv as this writer left it; None: not yet
 
     def _check_log_dir_exists(self) -> None:
         """Nothing to warn about or delete: the folder is the run's own."""
@@ -248,15 +255,32 @@ class _RunLogWriter(ExperimentWriter):
         atomic_write(Path(self.log_dir) / self.NAME_HPARAMS_FILE, lambda tmp: save_hparams_to_yaml(tmp, self.hparams))
 
     def save(self) -> None:
-        """Replace ``metrics.csv`` with its rows and the recorded ones, atomically."""
+        """Append the recorded rows to ``metrics.csv``, or replace it with its rows and them, atomically."""
         if not self.metrics:
             return
-        rows: dict[Any, dict[str, Any]] = {}
+        steps = [row["step"] for row in self.metrics]
+        if (
+            self._steps_written is not None
+            and len(set(steps)) == len(steps)
+            and self._steps_written.isdisjoint(steps)
+            and all(row.keys() <= set(self.metrics_keys) for row in self.metrics)
+        ):
+            with open(self.metrics_file_path, "a", newline="") as f:
+                csv.DictWriter(f, fieldnames=self.metrics_keys).writerows(self.metrics)
+                f.flush()
+                os.fsync(f.fileno())
+            self._steps_written.update(steps)
+        else:
+            self._replace()
+        self.metrics = []
+
+    def _replace(self) -> None:
+        """Replace ``metrics.csv`` with its complete rows merged with the recorded ones, atomically."""
         path = Path(self.metrics_file_path)
-        if path.is_file():
-            with path.open(newline="") as f:
-                for i, on_disk in enumerate(csv.DictReader(f)):
-                    rows[_step_of(on_disk, i)] = dict(on_disk)
+        text = path.read_text() if path.is_file() else ""
+        rows: dict[Any, dict[str, Any]] = {}
+        for i, on_disk in enumerate(csv.DictReader(io.StringIO(text[: text.rfind("\n") + 1]))):  # complete lines
+            rows[_step_of(on_disk, i)] = dict(on_disk)
         for new in self.metrics:
             rows[new["step"]] = {**rows.get(new["step"], {}), **new}
         keys = sorted({key for row in rows.values() for key in row if key is not None})
@@ -269,7 +293,7 @@ class _RunLogWriter(ExperimentWriter):
 
         atomic_write(path, write)
         self.metrics_keys = keys
-        self.metrics = []
+        self._steps_written = set(rows)
 
 
 def _step_of(row: dict[str, Any], index: int) -> Any:
