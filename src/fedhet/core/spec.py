@@ -69,8 +69,11 @@ def _input_shape(value: object, limits: SpecLimits) -> tuple[int, ...]:
     if not shape:
         raise _FieldError("is empty")
     sizes = tuple(_count(size, 1, limits.max_features) for size in shape)
-    if math.prod(sizes) > limits.max_features:
-        raise _FieldError(f"has {math.prod(sizes)} features, more than {limits.max_features}")
+    features = 1
+    for size in sizes:  # a running product: never a huge number to compute
+        features *= size
+        if features > limits.max_features:
+            raise _FieldError(f"has more than {limits.max_features} features")
     return sizes
 
 
