@@ -112,7 +112,9 @@ class FederatedTrainer:
             identical. ``"per_client"``: each client's personal layers drawn from its own seed (seed, client id).
         default_root_dir: the folder of the runs: each run (``fit`` from scratch, ``validate``, ``test``) writes its
             config, CSV logs, checkpoints, spilled client states and plots into its own new ``version_N`` folder
-            there (:mod:`fedhet.plugins.run_folder`); a resumed ``fit`` goes on in its checkpoint's folder.
+            there (:mod:`fedhet.plugins.run_folder`); a resumed ``fit`` goes on in its checkpoint's folder and
+            ``export`` writes beside the run it exports. A command holds its folder under a lock until it ends: a
+            second command on a held folder is refused, naming the holder.
         logger: a Lightning/Fabric logger or a list of them; ``True`` for a CSV logger, ``False`` for none.
         callbacks: federation callbacks (merged with the module's ``configure_callbacks()``); Lightning's
             ``ModelCheckpoint`` and ``EarlyStopping`` act at round granularity
