@@ -85,14 +85,44 @@ def run_means(root: Path) -> dict[str, float]:
 def simulate(config: Path, root: Path, args: list[str]) -> float:
     started = time.perf_counter()
     cmd = [sys.executable, "-m", "fedhet", "fit", "-c", str(config), "--trainer.default_root_dir", str(root), *args]
-    subprocess.run(cmd, check=True, capture_output=True, timeout=1800, cwd=ROOT)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}  # as each SuperNode's processes (one per client, one machine)
+    subprocess.run(cmd, check=True, capture_output=True, timeout=1800, cwd=ROOT, env=env)
     return time.perf_counter() - started
 
 
-def deploy(loopback: Loopback, work: Path, config: Path, root: Path, args: list[str]) -> float:
+#: ``--server-poll-s``, an experiment on the benchmark's copy of the app only: the ServerApp's grid polls for
+#: replies every ``{poll}`` s instead of Flower 1.42's fixed 3 s (``HttpGrid.send_and_receive``).
+SERVER_POLL = """
+import time as _time
+from flwr.superlink.grid.http_grid import HttpGrid as _HttpGrid
+
+
+def _send_and_receive(self, messages, *, timeout=None):
+    waiting = set(self.push_messages(messages))
+    end = _time.time() + (timeout if timeout is not None else float("inf"))
+    replies = []
+    while waiting and _time.time() < end:
+        pulled = list(self.pull_messages(waiting))
+        replies += pulled
+        waiting -= {reply.metadata.reply_to_message_id for reply in pulled}
+        if waiting:
+            _time.sleep({poll})
+    return replies
+
+
+_HttpGrid.send_and_receive = _send_and_receive
+"""
+
+
+def deploy(
+    loopback: Loopback, work: Path, config: Path, root: Path, args: list[str], server_poll_s: float | None = None
+) -> float:
     app = work / "app"
     shutil.copytree(APP, app)
     shutil.copy(config, app / "federation.yaml")
+    if server_poll_s is not None:
+        with (app / "fedhet_app.py").open("a") as module:
+            module.write(SERVER_POLL.replace("{poll}", str(server_poll_s)))
     fedhet_args = " ".join(["--trainer.default_root_dir", str(root), *args])
     wall, done = loopback.run(app, f"fedhet-args='{fedhet_args}' wait-s=600 reply-timeout-s=1200")
     if done.returncode != 0:
@@ -117,6 +147,7 @@ def measure(args: argparse.Namespace, work: Path) -> dict:
         path.parent.mkdir(parents=True)
         configs[method] = write_config(path, method, work / "unused", rounds=args.rounds, eval_every=args.rounds)
     result: dict = {"load_start": load(), "methods": {}, "flwr": importlib.metadata.version("flwr")}
+    result["server_poll_s"] = args.server_poll_s
     result["import_apps"] = probe(IMPORT_PROBE.format(module="fedhet.integrations.flower.apps"))
     result["import_flwr_clientapp"] = probe(IMPORT_PROBE.format(module="flwr.supernode.runtime.run_clientapp"))
     result["build_node_client_s"] = probe(BUILD_PROBE.format(), str(configs[args.methods[0]]))
@@ -124,14 +155,16 @@ def measure(args: argparse.Namespace, work: Path) -> dict:
         sim_root = work / method / "simulated"
         wall = simulate(config, sim_root, extra)
         result["methods"][method] = {"simulated": {"wall_s": wall, **run_means(sim_root)}}
-    for mode in ["warm", "cold"] if args.cold else ["warm"]:
-        with Loopback(work / f"flwr_home_{mode}", warm=mode == "warm") as loopback:
+    modes = ["warm", *(["server_poll"] if args.server_poll_s else []), *(["cold"] if args.cold else [])]
+    for mode in modes:
+        with Loopback(work / f"flwr_home_{mode}", warm=mode != "cold") as loopback:
             for method, config in configs.items():
                 root = work / method / mode
                 since = len(loopback.log("nodes"))
-                wall = deploy(loopback, work / method, config, root, extra)
+                poll = args.server_poll_s if mode == "server_poll" else None
+                wall = deploy(loopback, work / method, config, root, extra, poll)
                 entry = {"wall_s": wall, **run_means(root)}
-                if mode == "warm":
+                if mode != "cold":
                     entry["answered_s"] = answered(loopback.log("nodes"), since)
                 result["methods"][method][mode] = entry
     result["load_end"] = load()
@@ -145,6 +178,7 @@ def _f(value: float, digits: int = 2) -> str:
 RUNS = {
     "simulated": "`fedhet fit`",
     "warm": "`flwr run`, warm ClientApp processes",
+    "server_poll": "`flwr run`, warm, ServerApp polling every {poll} s (experiment)",
     "cold": "`flwr run`, a process per message",
 }
 COLUMNS_MD = {
@@ -166,7 +200,7 @@ def rows(result: dict) -> list[dict[str, str]]:
         for run, entry in runs.items():
             table.append({
                 "method": method,
-                "run": RUNS[run],
+                "run": RUNS[run].format(poll=result.get("server_poll_s")),
                 "round_s": _f(entry["time/round_s"]),
                 "train_s": _f(entry["time/train_s"]),
                 "eval_s": _f(entry["time/eval_s"]),
@@ -182,7 +216,8 @@ def notes(result: dict, args: argparse.Namespace) -> list[str]:
     build = result["build_node_client_s"]
     lines = [
         f"flwr {result['flwr']}, digits, 3 clients (one SuperNode each), {args.rounds} rounds, local_epochs"
-        f" {args.local_epochs}, evaluation after the last round; all processes on one machine. Load:"
+        f" {args.local_epochs}, evaluation after the last round; all processes on one machine, one thread each"
+        " (`OMP_NUM_THREADS=1`): the simulation trains the clients one after the other, the deployment at once. Load:"
         f" {result['load_start']} at the start, {result['load_end']} at the end (a shared machine: read the ratios,"
         " measured in one script).",
         "",
@@ -206,6 +241,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--local-epochs", type=int, default=1)
     parser.add_argument("--cold", action="store_true", help="also SuperNodes with a process per message")
+    parser.add_argument("--server-poll-s", type=float, help="also: the ServerApp polling every this many s")
     parser.add_argument("--name", default="flower_deployment", help="results/<name>.md and .csv")
     args = parser.parse_args()
     env = environment()
