@@ -654,7 +654,7 @@ class FederatedTrainer:
         self.current_round = state["round"]
         self._has_state = True
         if replay_logs:
-            for metrics in self.history:  # the resumed CSV file starts afresh: write the rounds already run
+            for metrics in self.history:  # the checkpoint's rounds, over the rows the CSV file holds for them
                 self._fabric.log_dict(metrics, step=int(metrics["round"]))
 
     def _log_run_config(self, model: LightningModule) -> None:
