@@ -1,6 +1,7 @@
 """CentroidSync and HeadMixing: server steps on hand-made uploads, delivery, checkpoints and resume."""
 
 import io
+from types import SimpleNamespace
 
 import torch
 
@@ -10,6 +11,9 @@ from fedhet.core import ClientUpdate, ServerState
 from fedhet.functional import combination_weights
 from fedhet.modules import FedPAC
 from fedhet.plugins import FederatedTrainer
+
+#: A trainer as a server callback sees it, where only the callback's logging is used (and dropped)
+TRAINER = SimpleNamespace(log_dict=lambda metrics, step: None)
 
 
 def upload(cid, centroids, counts, h=None, v=None, weight=None, bias=None):
@@ -31,7 +35,7 @@ def test_centroid_sync_weights_by_class_counts_and_skips_absent_classes():
     n1, n2 = torch.tensor([1.0, 0.0, 0.0]), torch.tensor([3.0, 2.0, 0.0])
     server = ServerState()
     sync = CentroidSync()
-    sync.on_aggregate_end(None, 0, server, [upload("a", c1, n1), upload("b", c2, n2)])
+    sync.on_aggregate_end(TRAINER, 0, server, [upload("a", c1, n1), upload("b", c2, n2)])
     expected = torch.tensor([[2.5, 1.5], [1.0, 1.0], [0.0, 0.0]])
     assert torch.allclose(server.statistics[GLOBAL_CENTROIDS], expected)
     assert torch.equal(server.statistics[GLOBAL_COUNTS], torch.tensor([4.0, 2.0, 0.0]))
@@ -51,7 +55,7 @@ def test_head_mixing_sends_each_client_its_weighted_head():
     ]
     server = ServerState(per_client={"z": {"head.bias": torch.zeros(4)}})
     mixing = HeadMixing(record_rounds=[3])
-    mixing.on_aggregate_end(None, 3, server, updates)
+    mixing.on_aggregate_end(TRAINER, 3, server, updates)
     alpha = combination_weights(h, v).float()
     assert torch.allclose(mixing.weights, alpha)
     assert set(server.per_client) == {"a", "b", "c", "z"}  # non-participants keep their last mixed head

@@ -1,6 +1,7 @@
 """AnchorUpdate and KernelSync: server steps on hand-made uploads, checkpoints, and a resumed federation."""
 
 import io
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -12,6 +13,9 @@ from fedhet.core import ClientUpdate, ServerState
 from fedhet.functional import gaussian_barycenter
 from fedhet.modules import FLIC
 from fedhet.plugins import FederatedTrainer
+
+#: A trainer as a server callback sees it, where only the callback's logging is used (and dropped)
+TRAINER = SimpleNamespace(log_dict=lambda metrics, step: None)
 
 
 def upload(cid, means, samples=10, counts=None, factors=None):
@@ -34,11 +38,11 @@ def test_uniform_weights_give_the_plain_mean_of_the_participants():
     means = torch.randn(3, 4, 2)
     server = ServerState()
     step = AnchorUpdate()
-    step.on_aggregate_end(None, 0, server, [upload(c, means[i], samples=10 * (i + 1)) for i, c in enumerate("abc")])
+    step.on_aggregate_end(TRAINER, 0, server, [upload(c, means[i], samples=10 * (i + 1)) for i, c in enumerate("abc")])
     assert torch.allclose(server.statistics[GLOBAL_MEANS], means.mean(0), atol=1e-6)
     assert GLOBAL_FACTORS not in server.statistics
     assert step.drift == 0.0
-    step.on_aggregate_end(None, 1, server, [upload("a", means[0] + 1.0)])
+    step.on_aggregate_end(TRAINER, 1, server, [upload("a", means[0] + 1.0)])
     assert torch.allclose(server.statistics[GLOBAL_MEANS], means[0] + 1.0)
     assert step.drift == pytest.approx(float((means[0] + 1.0 - means.mean(0)).norm(dim=-1).mean()), rel=1e-5)
 
@@ -48,11 +52,11 @@ def test_sample_weights_and_holders_only():
     counts1, counts2 = torch.tensor([5.0, 0.0, 0.0]), torch.tensor([5.0, 5.0, 0.0])
     server = ServerState()
     AnchorUpdate(weighting="samples").on_aggregate_end(
-        None, 0, server, [upload("a", m1, 10, counts1), upload("b", m2, 30, counts2)]
+        TRAINER, 0, server, [upload("a", m1, 10, counts1), upload("b", m2, 30, counts2)]
     )
     assert torch.allclose(server.statistics[GLOBAL_MEANS], torch.full((3, 2), 0.75))
     AnchorUpdate(holders_only=True).on_aggregate_end(
-        None, 0, server, [upload("a", m1, 10, counts1), upload("b", m2, 30, counts2)]
+        TRAINER, 0, server, [upload("a", m1, 10, counts1), upload("b", m2, 30, counts2)]
     )
     # class 0: both hold it; class 1: only b; class 2: nobody, equal weights
     assert torch.allclose(server.statistics[GLOBAL_MEANS], torch.tensor([[0.5, 0.5], [1.0, 1.0], [0.5, 0.5]]))
@@ -63,12 +67,12 @@ def test_learned_covariances_bures_barycenter_and_cholesky_mean():
     f1, f2 = torch.diag(d1.sqrt()).expand(2, 2, 2), torch.diag(d2.sqrt()).expand(2, 2, 2)
     updates = [upload("a", torch.zeros(2, 2), factors=f1), upload("b", torch.ones(2, 2), factors=f2)]
     server = ServerState()
-    AnchorUpdate().on_aggregate_end(None, 0, server, updates)
+    AnchorUpdate().on_aggregate_end(TRAINER, 0, server, updates)
     factors = server.statistics[GLOBAL_FACTORS]
     expected = torch.diag(((d1.sqrt() + d2.sqrt()) / 2) ** 2)  # commuting covariances: mean of the square roots
     assert torch.allclose(factors @ factors.mT, expected.expand(2, 2, 2), atol=1e-5)
     assert torch.equal(factors, factors.tril())
-    AnchorUpdate(covariance_aggregation="cholesky_mean").on_aggregate_end(None, 0, server, updates)
+    AnchorUpdate(covariance_aggregation="cholesky_mean").on_aggregate_end(TRAINER, 0, server, updates)
     assert torch.allclose(server.statistics[GLOBAL_FACTORS], (f1 + f2) / 2)
 
 
@@ -79,7 +83,7 @@ def test_full_covariance_barycenter_matches_the_functional():
     means = torch.randn(3, 2, 4, generator=g)
     server = ServerState()
     AnchorUpdate().on_aggregate_end(
-        None, 0, server, [upload(c, means[i], factors=factors[i]) for i, c in enumerate("abc")]
+        TRAINER, 0, server, [upload(c, means[i], factors=factors[i]) for i, c in enumerate("abc")]
     )
     _, covariance = gaussian_barycenter(means, torch.ones(3, 2), factors @ factors.mT)
     out = server.statistics[GLOBAL_FACTORS]
@@ -88,15 +92,16 @@ def test_full_covariance_barycenter_matches_the_functional():
 
 def test_state_survives_a_weights_only_checkpoint():
     step = AnchorUpdate()
-    step.on_aggregate_end(None, 0, ServerState(), [upload("a", torch.randn(3, 2))])
+    step.on_aggregate_end(TRAINER, 0, ServerState(), [upload("a", torch.randn(3, 2))])
     restored = AnchorUpdate()
     restored.load_state_dict(roundtrip(step.state_dict()))
     assert torch.equal(restored.means, step.means)
     sync = KernelSync()
     server = ServerState()
     kernels = torch.randn(2, 5, 5)
-    sync.on_aggregate_end(None, 0, server, [ClientUpdate(c, 1, {}, {KERNEL: kernels[i]}) for i, c in enumerate("ab")])
-    sync.on_aggregate_end(None, 1, server, [ClientUpdate("a", 1, {}, {KERNEL: kernels[1]})])
+    updates = [ClientUpdate(c, 1, {}, {KERNEL: kernels[i]}) for i, c in enumerate("ab")]
+    sync.on_aggregate_end(TRAINER, 0, server, updates)
+    sync.on_aggregate_end(TRAINER, 1, server, [ClientUpdate("a", 1, {}, {KERNEL: kernels[1]})])
     assert torch.allclose(server.statistics[GLOBAL_KERNEL], kernels[1])  # a's latest kernel and b's
     other = KernelSync()
     other.load_state_dict(roundtrip(sync.state_dict()))

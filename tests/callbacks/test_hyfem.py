@@ -25,7 +25,9 @@ SMALL = {"num_classes": 4, "num_views": 3, "samples_per_class": 20, "latent_dim"
 @pytest.fixture
 def stub():
     federation = HybridFederation("synthetic", TABLE, data_args=SMALL, seed=0)
-    return SimpleNamespace(datamodule=federation, seed=3, server_state=ServerState(), fabric=None)
+    return SimpleNamespace(
+        datamodule=federation, seed=3, server_state=ServerState(), log_dict=lambda metrics, step: None
+    )
 
 
 def upload(stub, client_id, seed):

@@ -99,9 +99,7 @@ class FederationDashboard(FederatedCallback):
     def _wandb(trainer: Any) -> Any | None:
         from lightning.pytorch.loggers import WandbLogger
 
-        fabric = getattr(trainer, "fabric", None)
-        loggers = fabric.loggers if fabric is not None else []
-        return next((lg for lg in loggers if isinstance(lg, WandbLogger)), None)
+        return next((lg for lg in trainer.loggers if isinstance(lg, WandbLogger)), None)
 
     def _save(self, trainer: Any, figure: Figure, name: str) -> Path | None:
         if not (self.plots and trainer.is_global_zero):

@@ -86,11 +86,9 @@ class DictionaryAveraging(FederatedCallback):
         for name, global_name in zip(ATOM_NAMES, GLOBAL_NAMES, strict=True):
             server_state.statistics[global_name] = self.dictionary[name]
         self.server_seconds = time.perf_counter() - start
-        fabric = getattr(trainer, "fabric", None)
-        if fabric is not None:
-            fabric.log_dict(
-                {"dadil/version_spread": self.spread, "dadil/server_seconds": self.server_seconds}, step=round_idx
-            )
+        trainer.log_dict(
+            {"dadil/version_spread": self.spread, "dadil/server_seconds": self.server_seconds}, step=round_idx
+        )
 
     def state_dict(self) -> dict[str, Any]:
         """The latest global dictionary and its version spread."""

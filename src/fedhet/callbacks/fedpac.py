@@ -166,16 +166,14 @@ class HeadMixing(FederatedCallback):
         self.client_ids = [u.client_id for u in uploads]
         if round_idx in self.record_rounds:
             self.recorded[round_idx] = self.weights
-        fabric = getattr(trainer, "fabric", None)
-        if fabric is not None:
-            fabric.log_dict(
-                {
-                    "fedpac/self_weight": float(self.weights.diagonal().mean()),
-                    "fedpac/partners": float((self.weights > 0).sum(1).float().mean()),
-                    "fedpac/qp_seconds": self.solve_seconds,
-                },
-                step=round_idx,
-            )
+        trainer.log_dict(
+            {
+                "fedpac/self_weight": float(self.weights.diagonal().mean()),
+                "fedpac/partners": float((self.weights > 0).sum(1).float().mean()),
+                "fedpac/qp_seconds": self.solve_seconds,
+            },
+            step=round_idx,
+        )
 
     def state_dict(self) -> dict[str, Any]:
         """The latest weights, their clients and the recorded rounds."""

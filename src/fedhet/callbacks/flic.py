@@ -159,9 +159,7 @@ class AnchorUpdate(FederatedCallback):
         server_state.statistics[GLOBAL_MEANS] = means
         if factors is not None:
             server_state.statistics[GLOBAL_FACTORS] = factors
-        fabric = getattr(trainer, "fabric", None)
-        if fabric is not None:
-            fabric.log_dict({"flic/anchor_drift": self.drift, "flic/server_seconds": self.seconds}, step=round_idx)
+        trainer.log_dict({"flic/anchor_drift": self.drift, "flic/server_seconds": self.seconds}, step=round_idx)
 
     def state_dict(self) -> dict[str, Any]:
         """The latest global anchors."""

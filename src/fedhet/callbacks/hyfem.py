@@ -222,16 +222,14 @@ class ModelMatching(FederatedCallback):
         self._server.load_state_dict({**extractors, **dict(zip(CLASSIFIER, classifier, strict=True))}, strict=False)
         self._publish(server_state)
         self.objective = matching_objective(clients, cols, perms, weights, classifier)
-        fabric = getattr(trainer, "fabric", None)
-        if fabric is not None:
-            fabric.log_dict(
-                {
-                    "hyfem/matching_seconds": self.matching_seconds,
-                    "hyfem/objective": self.objective,
-                    "hyfem/rematched": float(rematched),
-                },
-                step=round_idx,
-            )
+        trainer.log_dict(
+            {
+                "hyfem/matching_seconds": self.matching_seconds,
+                "hyfem/objective": self.objective,
+                "hyfem/rematched": float(rematched),
+            },
+            step=round_idx,
+        )
 
     @torch.no_grad()
     def on_evaluation_end(self, trainer: Federation, stage: str, round_idx: int, metrics: dict[str, float]) -> None:

@@ -11,6 +11,8 @@ This package imports nothing else of fedhet (only torch), so every other package
   a module may declare beyond the contract (``capabilities``).
 * :class:`ClientUpdate`, :class:`ClientState`, :class:`ServerState`, :class:`ClientFailure`, :class:`RoundUploads`
   — what travels between clients and server and what each keeps (``state``).
+* :class:`FederatedData`, :class:`ClientData`, :class:`GlobalData` — what the engine reads of a federation's data
+  (``data``).
 * :class:`Federation`, :class:`FederationHooks`, :class:`ServerAccess` — the typed hooks, what a callback may read
   of the trainer, and what a server callback declares it reads and writes in the server state (``hooks``).
 * :class:`UploadDeclaration`, :class:`TensorSpec`, :class:`ExpectedUpload` — what a method declares it uploads
@@ -20,6 +22,7 @@ This package imports nothing else of fedhet (only torch), so every other package
 """
 
 from fedhet.core.capabilities import BatchLossModule, PenalisedModule, RoundAware, StackableModule
+from fedhet.core.data import ClientData, FederatedData, GlobalData
 from fedhet.core.hooks import Federation, FederationHooks, ServerAccess
 from fedhet.core.protocols import EngineModule, FederatedModuleProtocol, LocalPhase, LocalTraining
 from fedhet.core.seeding import derive_seed, rng_preserved, seeded
@@ -48,14 +51,17 @@ __all__ = [
     "ENGINE_METRICS",
     "FAILURE_KINDS",
     "BatchLossModule",
+    "ClientData",
     "ClientFailure",
     "ClientSpec",
     "ClientState",
     "ClientUpdate",
     "EngineModule",
     "ExpectedUpload",
+    "FederatedData",
     "Federation",
     "FederationHooks",
+    "GlobalData",
     "FederatedModuleProtocol",
     "InvalidUploadError",
     "LocalPhase",

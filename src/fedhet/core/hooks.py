@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from pathlib import Path
@@ -10,6 +10,7 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from torch import nn
 
+from fedhet.core.data import FederatedData
 from fedhet.core.state import ClientUpdate, ServerState
 
 
@@ -37,8 +38,15 @@ class Federation(Protocol):
     fitting: bool
 
     @property
-    def datamodule(self) -> Any:
-        """The federated datamodule of the run (``client_ids``, ``specs``, ``client(cid)``)."""
+    def datamodule(self) -> FederatedData:
+        """The federation's data of the run (``client_ids``, ``specs``, ``client(cid)``)."""
+
+    @property
+    def loggers(self) -> Sequence[Any]:
+        """The run's Lightning/Fabric loggers (empty on processes that do not log)."""
+
+    def log_dict(self, metrics: Mapping[str, float], step: int) -> None:
+        """Log ``metrics`` at round ``step`` with the run's loggers (what a server callback reports of its step)."""
 
     @property
     def client_ids(self) -> list[str]:

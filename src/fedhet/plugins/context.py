@@ -13,19 +13,21 @@ import copy
 import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple, cast
 
 from lightning.fabric import Fabric
 from lightning.fabric.utilities.apply_func import move_data_to_device
 from torch import Tensor
 
 from fedhet.core import (
+    ClientData,
     ClientFailure,
     ClientSpec,
     ClientState,
     ClientUpdate,
     EngineModule,
     ExpectedUpload,
+    FederatedData,
     RoundUploads,
     ServerState,
     TensorSpec,
@@ -41,8 +43,8 @@ from fedhet.plugins.policies import DeclaredUpload, UploadCheck
 from fedhet.plugins.slots import ModuleSlot
 
 
-def check_federated_datamodule(datamodule: Any) -> None:
-    """Refuse, naming the missing member, a datamodule that is not a federation (``setup``, ``client_ids``...).
+def check_federated_datamodule(datamodule: object) -> None:
+    """Refuse, naming the missing member, a datamodule that is not a federation (:class:`~fedhet.core.FederatedData`).
 
     Raises:
         TypeError: ``FederatedTrainer needs a FederatedDataModule; <class> has no '<member>'``.
@@ -128,7 +130,7 @@ class ClientContext:
         self,
         fabric: Fabric,
         template: EngineModule,
-        datamodule: Any,
+        datamodule: FederatedData,
         seed: int,
         local_epochs: int,
         local_steps: int | None,
@@ -167,8 +169,8 @@ class ClientContext:
         """The client state store of this process."""
         return self._store()
 
-    def client_data(self, client_id: str) -> Any:
-        """The client's ``ClientDataModule``."""
+    def client_data(self, client_id: str) -> ClientData:
+        """The client's data (its ``ClientDataModule``)."""
         return self._data[client_id]
 
     def fit_seed(self, client_id: str, round_idx: int) -> int:
@@ -378,4 +380,4 @@ class ClientContext:
             slot.refresh()
         values = evaluate_client(self.fabric, module, loader, stage)
         directions = {name: bool(m.higher_is_better) for name, m in module.evaluation_metrics(stage).items()}
-        return ClientEvaluation(values, len(loader.dataset), directions)
+        return ClientEvaluation(values, len(cast(Any, loader).dataset), directions)

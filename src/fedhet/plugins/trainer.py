@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, TypeVar, cast
 
@@ -12,7 +12,14 @@ from lightning.fabric import Fabric
 from lightning.fabric.loggers import Logger
 from lightning.pytorch import Callback, LightningModule
 
-from fedhet.core import ClientState, EngineModule, FederatedModuleProtocol, RoundUploads, ServerState
+from fedhet.core import (
+    ClientState,
+    EngineModule,
+    FederatedData,
+    FederatedModuleProtocol,
+    RoundUploads,
+    ServerState,
+)
 from fedhet.plugins.aggregators import Aggregator
 from fedhet.plugins.arguments import check_trainer_arguments
 from fedhet.plugins.callback_setup import federation_callbacks, user_loggers
@@ -248,7 +255,7 @@ class FederatedTrainer:
 
     # ------------------------------------------------------------------ public entry points
     @_releases_run_folder
-    def fit(self, model: LightningModule, datamodule: Any, ckpt_path: str | None = None) -> None:
+    def fit(self, model: LightningModule, datamodule: FederatedData, ckpt_path: str | None = None) -> None:
         """Train the federation for ``rounds`` rounds, resuming from ``ckpt_path`` (``"last"``: the latest version's).
 
         A run from scratch writes into a new ``version_N`` folder of ``default_root_dir``; a run resumed from a
@@ -288,11 +295,13 @@ class FederatedTrainer:
         for logger in fabric.loggers:
             logger.finalize("success")
 
-    def validate(self, model: LightningModule, datamodule: Any, ckpt_path: str | None = None) -> dict[str, float]:
+    def validate(
+        self, model: LightningModule, datamodule: FederatedData, ckpt_path: str | None = None
+    ) -> dict[str, float]:
         """Evaluate every client's personalised model on its validation split."""
         return self._evaluate_only("val", model, datamodule, ckpt_path)
 
-    def test(self, model: LightningModule, datamodule: Any, ckpt_path: str | None = None) -> dict[str, float]:
+    def test(self, model: LightningModule, datamodule: FederatedData, ckpt_path: str | None = None) -> dict[str, float]:
         """Evaluate every client's personalised model on its test split."""
         return self._evaluate_only("test", model, datamodule, ckpt_path)
 
@@ -320,7 +329,11 @@ class FederatedTrainer:
 
     @_releases_run_folder
     def export(
-        self, model: LightningModule, datamodule: Any, ckpt_path: str | None = "last", clients: list[str] | None = None
+        self,
+        model: LightningModule,
+        datamodule: FederatedData,
+        ckpt_path: str | None = "last",
+        clients: list[str] | None = None,
     ) -> dict[str, Path]:
         """Export trained clients as Lightning checkpoints into ``clients/`` of the version folder of the run exported.
 
@@ -343,14 +356,22 @@ class FederatedTrainer:
             print(f"fedhet: exported {sum(map(len, exported))} clients to {folder}", flush=True)
         return written
 
+    def log_dict(self, metrics: Mapping[str, float], step: int) -> None:
+        """Log ``metrics`` at round ``step`` with the run's loggers (e.g. a server callback's ``flic/anchor_drift``).
+
+        Nothing is logged before the run's processes are launched.
+        """
+        if self.fabric is not None:
+            self.fabric.log_dict(dict(metrics), step=step)
+
     @property
     def callback_metrics(self) -> dict[str, float]:
         """The metrics of the latest round."""
         return self.history[-1] if self.history else {}
 
     @property
-    def datamodule(self) -> Any:
-        """The federated datamodule of the current ``fit``/``validate``/``test``."""
+    def datamodule(self) -> FederatedData:
+        """The federation's data of the current ``fit``/``validate``/``test``."""
         return self._datamodule
 
     @property
@@ -448,7 +469,7 @@ class FederatedTrainer:
         self.run.bind(cast(int, held))  # rank 0 held it, so every rank holds an int
 
     def setup(
-        self, model: LightningModule, datamodule: Any, stage: str = "fit", run_folder: bool = True
+        self, model: LightningModule, datamodule: FederatedData, stage: str = "fit", run_folder: bool = True
     ) -> ClientContext:
         """Launch Fabric, check the clients and initialise the server state, without running a round.
 
@@ -465,7 +486,7 @@ class FederatedTrainer:
         self._prepare(model, datamodule, stage)
         return self.context
 
-    def _prepare(self, model: LightningModule, datamodule: Any, stage: str) -> None:
+    def _prepare(self, model: LightningModule, datamodule: FederatedData, stage: str) -> None:
         """Set up and check the clients, and initialise the server state, before any training."""
         check_federated_datamodule(datamodule)
         datamodule.setup(stage)
@@ -580,7 +601,12 @@ class FederatedTrainer:
         return metrics
 
     def _load_trained(
-        self, stage: str, model: LightningModule, datamodule: Any, ckpt_path: str | None, command: str | None = None
+        self,
+        stage: str,
+        model: LightningModule,
+        datamodule: FederatedData,
+        ckpt_path: str | None,
+        command: str | None = None,
     ) -> None:
         """Launch and restore the trained federation of ``ckpt_path`` (or of the last fit) for ``command``.
 
@@ -599,7 +625,7 @@ class FederatedTrainer:
 
     @_releases_run_folder
     def _evaluate_only(
-        self, stage: str, model: LightningModule, datamodule: Any, ckpt_path: str | None
+        self, stage: str, model: LightningModule, datamodule: FederatedData, ckpt_path: str | None
     ) -> dict[str, float]:
         self._load_trained("validate" if stage == "val" else "test", model, datamodule, ckpt_path)
         metrics = self._evaluate(stage, self.current_round)

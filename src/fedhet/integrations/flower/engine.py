@@ -190,7 +190,7 @@ class RemoteFederation:
 
 
 class RemoteClient:
-    """A client as the server sees it: its description only (settings a callback writes on it are kept, unused).
+    """A client as the server sees it: its description only; its data stay on its node.
 
     Args:
         spec: the client's description.
@@ -198,7 +198,27 @@ class RemoteClient:
     """
 
     def __init__(self, spec: ClientSpec) -> None:
-        self.spec = spec
+        self._spec = spec
+
+    @property
+    def spec(self) -> ClientSpec:
+        """The client's description, as its node reported it."""
+        return self._spec
+
+    def _no_data(self) -> list[Any]:
+        raise RuntimeError(f"client '{self._spec.client_id}': its data stay on its node; the server reads none")
+
+    def train_dataloader(self) -> list[Any]:
+        """None on the server: raises."""
+        return self._no_data()
+
+    def val_dataloader(self) -> list[Any]:
+        """None on the server: raises."""
+        return self._no_data()
+
+    def test_dataloader(self) -> list[Any]:
+        """None on the server: raises."""
+        return self._no_data()
 
 
 #: ``remote(kind, round_idx, requests) -> replies``: ``kind`` is ``"train"`` or a split (``"val"``, ``"test"``),
