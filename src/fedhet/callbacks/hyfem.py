@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from fedhet.callbacks.base import FederatedCallback
-from fedhet.core import ClientUpdate, Federation, ServerAccess, ServerState, TensorSpec, UploadDeclaration
+from fedhet.core import ClientUpdate, Federation, GlobalData, ServerAccess, ServerState, TensorSpec, UploadDeclaration
 from fedhet.core.seeding import derive_seed, seeded
 from fedhet.functional.aggregation import weighted_mean
 from fedhet.functional.matching import Classifier, CostMode, matching_objective, model_matching, project_classifier
@@ -234,8 +234,8 @@ class ModelMatching(FederatedCallback):
     @torch.no_grad()
     def on_evaluation_end(self, trainer: Federation, stage: str, round_idx: int, metrics: dict[str, float]) -> None:
         """Evaluate the server model on the full-feature samples of ``stage``: ``<stage>/global_acc`` and loss."""
-        make_loader = getattr(trainer.datamodule, "global_dataloader", None)
-        loader = make_loader(stage) if make_loader is not None else None
+        federation = trainer.datamodule
+        loader = federation.global_dataloader(stage) if isinstance(federation, GlobalData) else None
         if not loader:
             return
         self._ensure_server(trainer)
