@@ -1,6 +1,9 @@
-"""docs/writing-a-method.md runs as written: its module, upload contract, config and reproduction script."""
+"""The docs hold as written: docs/writing-a-method.md's module, upload contract, config and reproduction script run,
+and the site with its API reference (mkdocs.yml) builds without a warning."""
 
+import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -11,7 +14,8 @@ from fedhet.cli import FederatedCLI
 from tests.plugins.test_uploads import blobs
 from tests.plugins.uploads import UploadCase, check_uploads
 
-GUIDE = (Path(__file__).parents[1] / "docs" / "writing-a-method.md").read_text()
+ROOT = Path(__file__).parents[1]
+GUIDE = (ROOT / "docs" / "writing-a-method.md").read_text()
 BLOCKS = dict(re.findall(r"<!-- (?:file|run): (\S+) -->\n```\w+\n(.*?)```", GUIDE, flags=re.DOTALL))
 
 
@@ -69,3 +73,14 @@ def test_the_reproduction_script_writes_its_table(guide, capsys):
     assert set(results) == {"FedRep", "ProtoFed"}
     assert all(0.0 <= accuracy <= 1.0 for accuracy in results.values())
     assert "| ProtoFed |" in capsys.readouterr().out
+
+
+@pytest.mark.slow  # about 20 s: every docstring of the package is rendered
+def test_the_site_and_its_api_reference_build_without_a_warning(tmp_path):
+    pytest.importorskip("mkdocstrings_handlers.python", reason="the docs extra")
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
+    command = [sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(ROOT / "mkdocs.yml"), "-d", str(tmp_path)]
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "WARNING" not in done.stderr, done.stderr[-3000:]
+    assert (tmp_path / "api" / "modules" / "index.html").exists()
