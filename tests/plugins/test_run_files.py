@@ -80,6 +80,25 @@ def test_evaluation_during_a_fit_gets_its_own_folder(tmp_path, tiny_federation):
     assert probe.outcomes == ["version_1"]
 
 
+def test_a_checkpoint_rewritten_before_the_folder_is_held_is_read_again(tmp_path, tiny_federation, monkeypatch):
+    make_trainer(tmp_path, rounds=1).fit(FedAvg(hidden_dims=[8]), tiny_federation)
+    make_trainer(tmp_path / "other", rounds=2).fit(FedAvg(hidden_dims=[8]), tiny_federation)
+    newer = tmp_path / "other" / "version_0" / "checkpoints" / "last.ckpt"
+    ckpt = tmp_path / "version_0" / "checkpoints" / "last.ckpt"
+    real_hold = RunFolder.hold
+
+    def hold_as_another_command_ends(self, version, command):
+        if version == 0 and newer.exists():  # another command's last checkpoint lands as this one takes the folder
+            os.replace(newer, ckpt)
+        return real_hold(self, version, command)
+
+    monkeypatch.setattr(RunFolder, "hold", hold_as_another_command_ends)
+    probe = AtRoundEnd(lambda round_idx: round_idx)
+    make_trainer(tmp_path, rounds=3, callbacks=[probe]).fit(FedAvg(hidden_dims=[8]), tiny_federation, ckpt_path="last")
+    assert probe.outcomes == [2]  # resumed from the checkpoint the folder holds once held, not the one read before
+    assert load_checkpoint(ckpt)["round"] == 3
+
+
 @pytest.mark.distributed
 def test_two_processes_export_every_client_and_share_a_refusal(tmp_path):
     from tests.integrations.test_distributed import run_cli

@@ -71,6 +71,14 @@ def _releases_run_folder(command: _Command) -> _Command:
     return cast(_Command, run_command)
 
 
+def _file_identity(path: Path | None) -> tuple[int, int, int] | None:
+    """What changes when ``path`` is rewritten (atomically or in place): its inode, size and modification time."""
+    if path is None or not path.is_file():
+        return None
+    stat = path.stat()
+    return stat.st_ino, stat.st_size, stat.st_mtime_ns
+
+
 class FederatedTrainer:
     """Runs federated rounds over the clients of a federated datamodule, with one Fabric.
 
@@ -263,10 +271,11 @@ class FederatedTrainer:
         command on it is refused (:meth:`~fedhet.plugins.run_folder.RunFolder.hold`).
         """
         path = self.run.resolve_checkpoint(ckpt_path, required=False)
-        state = load_checkpoint(path) if path is not None else None
-        if state is not None:  # untrusted content: a logger version naming a folder outside the run is refused
-            resumed_logger_version(state, self.default_root_dir, path)
+        read = _file_identity(path)
+        state = self._resumable(path)  # read and checked before any process is launched
         self._launch(model, version_of(path, self.default_root_dir) if path is not None else None)
+        if _file_identity(path) != read:  # replaced by a command that ended before this one held the folder
+            state = self._resumable(path)
         self._prepare(model, datamodule, "fit")
         if state is not None and path is not None:
             self._restore(state, path, replay_logs=self._default_logger, private=self.privacy is not None)
@@ -599,6 +608,13 @@ class FederatedTrainer:
             return {}
         self._hooks("on_evaluation_end", stage=stage, round_idx=round_idx, metrics=metrics)
         return metrics
+
+    def _resumable(self, path: Path | None) -> dict[str, Any] | None:
+        """The checkpoint a ``fit`` resumes, if any; a logger version naming a folder outside the run is refused."""
+        state = load_checkpoint(path) if path is not None else None
+        if state is not None and path is not None:  # untrusted content
+            resumed_logger_version(state, self.default_root_dir, path)
+        return state
 
     def _load_trained(
         self,
