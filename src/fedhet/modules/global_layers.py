@@ -1,10 +1,44 @@
-"""Global Layers: partial personalisation for tabular clients with their own features and their own classes.
+r"""Global Layers: partial personalisation for tabular clients with their own features and their own classes.
 
-"Global Layers: Non-IID Tabular Federated Learning" (the paper's §3; architecture as its reference code, see
-``specs/gl.md`` §2). Each client's model is ``h_k(g(phi_k(x)))``: a private input part ``phi_k`` (per-column entity
-embedding and a stack of transformer blocks over the feature tokens, then a first dense layer), a global part ``g``
-(dense layers whose widths do not depend on the client, averaged by the server) and a private output part ``h_k``
-sized to the client's own classes.
+Client :math:`k` of :math:`K` holds :math:`n_k` labelled rows with its own :math:`d_k` columns and its own
+:math:`C_k` classes; nothing needs to overlap between clients. Its model is a composition of three parts,
+
+.. math::
+
+    f_k = h_k \circ g \circ \phi_k, \qquad
+    \phi_k : \mathbb{R}^{d_k} \to \mathbb{R}^{4S}, \quad
+    g : \mathbb{R}^{4S} \to \mathbb{R}^{2S}, \quad
+    h_k : \mathbb{R}^{2S} \to \mathbb{R}^{C_k},
+
+where the input part :math:`\phi_k` (per-column entity embedding, transformer blocks across the feature tokens,
+then ``layer1``) and the head :math:`h_k` (``layer5``, ``norm_out``, ``head``; one logit for two classes) are
+**local**: they never leave the client, and their shapes depend on its columns and classes. The middle layers
+:math:`g` (``layer2``, ``layer3``, ``layer4`` by default; :data:`GLOBAL_CANDIDATES` lists those whose shapes depend
+on no client) are the **global layers**: the same width :math:`S` everywhere, shared by name and averaged. Writing
+:math:`\theta_g` for their parameters and :math:`\theta_k` for client :math:`k`'s local ones, the federation
+minimises
+
+.. math::
+
+    \min_{\theta_g, \theta_1, \dots, \theta_K} \; \sum_{k=1}^{K} \frac{1}{K}
+    \frac{1}{n_k} \sum_{i=1}^{n_k} \ell\big(h_k(g(\phi_k(x_i))), y_i\big),
+
+with :math:`\ell` the binary cross-entropy on one logit (two classes) or the cross-entropy on :math:`C_k` logits.
+The weights are uniform, :math:`1/K`, because batch alignment gives every client the same number :math:`B` of AdamW
+steps per epoch (batch size :math:`\lfloor n_k / B \rfloor`), whatever its :math:`n_k`. After the steps of a round,
+every client's global layers are replaced by their uniform mean (batch-norm running statistics stay local),
+
+.. math::
+
+    \theta_g^{(k)} \leftarrow \bar\theta_g = \frac{1}{K} \sum_{j=1}^{K} \theta_g^{(j)},
+
+after every step (``aggregate_every="step"``, the paper's §3.4) or once per epoch (``"epoch"``, the authors'
+code). Each client's AdamW state, moments of the global parameters included, is kept across averagings. Setting
+the global modules to none gives the Local baseline, to every module but the first the reference's FedAvg
+(:class:`GlobalLayers` says how).
+
+Paper: Yazan Obeidi, "Global Layers: Non-IID Tabular Federated Learning", arXiv:2305.19290, 2023; reference code at
+github.com/transferFL/gl, whose architecture this module follows (``specs/gl.md`` §2).
 """
 
 from __future__ import annotations
