@@ -84,3 +84,27 @@ def test_the_site_and_its_api_reference_build_without_a_warning(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     assert "WARNING" not in done.stderr, done.stderr[-3000:]
     assert (tmp_path / "api" / "modules" / "index.html").exists()
+
+
+def test_the_release_notes_keep_the_old_behaviour_with_real_options():
+    """Every YAML block of the CHANGELOG's "Upgrading" notes names options the classes and the trainer accept."""
+    import importlib
+    import inspect
+
+    import yaml
+
+    from fedhet.plugins import FederatedTrainer
+
+    changelog = (ROOT / "CHANGELOG.md").read_text()
+    notes = changelog.split("### Upgrading from 0.1.0", 1)[1].split("\n### ", 1)[0]
+    blocks = [yaml.safe_load(block) for block in re.findall(r"```yaml\n(.*?)```", notes, flags=re.DOTALL)]
+    assert len(blocks) >= 5
+    for block in blocks:
+        assert set(block.get("trainer", {})) <= set(inspect.signature(FederatedTrainer).parameters)
+        for part in ("model", "data"):
+            if "class_path" in block.get(part, {}):
+                module, name = block[part]["class_path"].rsplit(".", 1)
+                accepted = inspect.signature(getattr(importlib.import_module(module), name)).parameters
+                assert set(block[part]["init_args"]) <= set(accepted), block[part]
+    for option in ("aggregate_every: epoch", "optimizer: adam", "anchor_update: paper", "personal_init: per_client"):
+        assert option in notes
