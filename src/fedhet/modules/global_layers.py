@@ -185,7 +185,8 @@ class GlobalLayers(FederatedModule):
 
     Metrics (per client, raw logits): ``auroc``, ``auprc`` (one-vs-rest macro; a class the split lacks scores 0.5 /
     0), ``auroc_present``/``auprc_present`` (such classes skipped), ``balanced_accuracy``, ``acc`` (accuracy, named as
-    in every other fedhet module; a binary head predicts 1 where its logit is at least ``threshold``) and ``loss``.
+    in every other fedhet module; a binary head predicts 1 where its logit is at least ``threshold``; also logged
+    under 0.1.0's name ``accuracy`` in the 0.2.x releases) and ``loss``.
 
     Args:
         global_modules: names of the top-level modules that are global (a subset of :data:`GLOBAL_CANDIDATES`, or
@@ -405,6 +406,8 @@ class GlobalLayers(FederatedModule):
                 "auprc_present": ClientMetric("auprc", num_head_classes, absent="skip"),
                 "balanced_accuracy": ClientMetric("balanced_accuracy", num_head_classes, threshold=self.threshold),
                 "acc": ClientMetric("accuracy", num_head_classes, threshold=self.threshold),
+                # 0.1.0's name of ``acc``, kept for the 0.2.x releases only (CHANGELOG, 0.2.0): read ``acc``
+                "accuracy": ClientMetric("accuracy", num_head_classes, threshold=self.threshold),
                 "loss": MeanMetric(sync_on_compute=False),
             },
             compute_groups=False,
