@@ -103,6 +103,19 @@ def test_config_instantiates_the_classes_it_names(path, tmp_path, no_data):
     assert not any(tmp_path.iterdir()), "instantiating must not write anything"
 
 
+def test_only_the_classes_a_config_names_save_its_arguments_as_hyperparameters(no_data):
+    path = CONFIG_DIR / "gl" / "heart_fedavg.yaml"
+    config = yaml.safe_load(path.read_text())
+    cli = FederatedCLI(args=["-c", str(path)], run=False)
+    for obj, section in ((cli.model, "model"), (cli.datamodule, "data")):
+        assert obj.hparams["_class_path"] == config[section]["class_path"]  # load_from_checkpoint rebuilds from these
+        assert obj.hparams["_instantiator"] == "lightning.pytorch.cli.instantiate_module"
+    inner = cli.datamodule.federation
+    assert "_class_path" not in inner.hparams
+    assert inner.hparams["sites"] == ["cleveland", "saheart", "faisalabad"]
+    assert "layout" not in inner.hparams  # the wrapper's argument, not the wrapped federation's
+
+
 def test_fedavg_ft_and_fedrep_configs_set_their_method_knobs(no_data, tmp_path):
     ft = FederatedCLI(args=["-c", str(CONFIG_DIR / "fedavg_ft" / "digits.yaml")], run=False).model
     assert ft.finetune_epochs == 1
@@ -338,9 +351,9 @@ def test_bad_values_are_refused_before_any_data_is_read(extra, needle, tmp_path,
             ],
             "fractoin",
         ),  # fmt: skip
-        (["--model.init_args.hidden_dims", "wide"], 'Parser key "hidden_dims"'),
+        (["--model.init_args.hidden_dims", "wide"], "model.init_args.hidden_dims: expected a Sequence, got 'wide'"),
         (["--model.init_args.no_such_knob", "1"], "no_such_knob"),
-        (["--data.init_args.num_clients", "three"], 'Parser key "num_clients"'),
+        (["--data.init_args.num_clients", "three"], "data.init_args.num_clients: expected an int, got 'three'"),
     ],
     ids=[
         "rounds-negative",

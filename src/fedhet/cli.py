@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import copy
 import importlib
 import os
 import sys
-from typing import Any, cast
+from argparse import Action
+from typing import Any, NoReturn, cast
 
 import yaml
+from jsonargparse import DefaultHelpFormatter, Namespace
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, _InstantiatorFn
 
+from fedhet.cli_text import error_sentence, plain_text
 from fedhet.datamodules.federated import FederatedDataModule
 from fedhet.modules.base import FederatedModule
 from fedhet.plugins.run_folder import config_root, latest_checkpoint
@@ -21,6 +25,63 @@ def _import_class(path: str) -> Any:
     return getattr(importlib.import_module(module), name)
 
 
+def _subcommand_section(config: Namespace, subcommand: str | None) -> Any:
+    """The part of ``config`` that holds ``model``, ``data`` and ``trainer``: the subcommand's, if there is one."""
+    return config.get(str(subcommand), config) if subcommand is not None else config
+
+
+class PlainHelpFormatter(DefaultHelpFormatter):
+    """jsonargparse's help formatter, showing the docstrings it quotes without their reST markup.
+
+    ``:class:`~fedhet.plugins.FederatedTrainer``` reads ``FederatedTrainer``, ````rounds```` reads ``rounds``;
+    see :func:`fedhet.cli_text.plain_text`.
+    """
+
+    def start_section(self, heading: str | None) -> None:
+        """A group's title (a class's first docstring line), as plain text."""
+        super().start_section(None if heading is None else plain_text(heading))
+
+    def add_text(self, text: str | None) -> None:
+        """A parser's description (a method's or class's docstring), as plain text."""
+        super().add_text(None if text is None else plain_text(text))
+
+    def _get_help_string(self, action: Action) -> str:  # argparse's hook for an option's help
+        return plain_text(super()._get_help_string(action))
+
+
+class FederatedArgumentParser(LightningArgumentParser):
+    """Lightning's parser, whose usage errors are one line led by the sentence that matters.
+
+    ``fedhet fit: error: model.init_args.lr: expected a float, got 'abc'``, then a hint; jsonargparse's full report
+    (the usage, every type tried) with ``full_errors=True`` (``fedhet ... --debug``).
+
+    Args:
+        *args: as for :class:`~lightning.pytorch.cli.LightningArgumentParser`.
+        full_errors: whether errors are reported in full, as jsonargparse reports them.
+        **kwargs: as for :class:`~lightning.pytorch.cli.LightningArgumentParser`.
+
+    """
+
+    def __init__(self, *args: Any, full_errors: bool = False, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", PlainHelpFormatter)
+        super().__init__(*args, **kwargs)
+        self.full_errors = full_errors
+
+    def error(self, message: str, ex: Exception | None = None) -> NoReturn:
+        """Write ``<prog>: error: <sentence>`` and a hint to standard error, and exit with status 2.
+
+        A parser that raises its errors (``exit_on_error=False``) or reports them in full does as jsonargparse does.
+        """
+        if self.full_errors or not self.exit_on_error:
+            super().error(message, ex)
+        prog = (getattr(ex, "subcommand_parser", None) or self).prog.replace(" [options]", "")
+        sys.stderr.write(
+            f"{prog}: error: {error_sentence(message)}\n"
+            f"({prog} --help lists the options; --debug or FEDHET_DEBUG=1 shows the whole error)\n"
+        )
+        self.exit(2)
+
+
 class _TopLevelHyperparameters(_InstantiatorFn):
     """Lightning's instantiator, giving the config's hyperparameters only to the class the config names at ``key``.
 
@@ -30,7 +91,7 @@ class _TopLevelHyperparameters(_InstantiatorFn):
     """
 
     def __call__(self, class_type: type, *args: Any, applied_instantiation_links: dict, **kwargs: Any) -> Any:
-        config = self.cli._get(self.cli.config, self.key, default=None) or {}
+        config = _subcommand_section(self.cli.config, self.cli.subcommand).get(self.key) or {}
         class_path = config.get("class_path") if hasattr(config, "get") else None
         if class_path is not None and _import_class(class_path) is not class_type:
             return class_type(*args, **kwargs)
@@ -46,22 +107,41 @@ class FederatedCLI(LightningCLI):
     are refused before any data is read. The resolved config is saved beside the run's logs.
     """
 
-    def __init__(self, **kwargs: Any) -> None:
+    def __init__(self, full_errors: bool = False, **kwargs: Any) -> None:
+        """Build the parser, parse ``args`` (or the command line) and run the subcommand, as ``LightningCLI`` does.
+
+        Args:
+            full_errors: whether a usage error is reported in full, as jsonargparse reports it (``--debug``), rather
+                than in one line (:class:`FederatedArgumentParser`).
+            **kwargs: as for ``LightningCLI``; ``model_class`` and ``datamodule_class`` default to
+                :class:`~fedhet.modules.FederatedModule` and :class:`~fedhet.datamodules.FederatedDataModule`, in
+                subclass mode. ``load_from_checkpoint`` support is always on (see :meth:`instantiate_classes`).
+
+        """
+        self.full_errors = full_errors
         kwargs.setdefault("model_class", FederatedModule)
         kwargs.setdefault("datamodule_class", FederatedDataModule)
         kwargs.setdefault("subclass_mode_model", True)
         kwargs.setdefault("subclass_mode_data", True)
+        kwargs.setdefault("parser_class", FederatedArgumentParser)
+        kwargs.pop("load_from_checkpoint_support", None)
         super().__init__(
             trainer_class=FederatedTrainer,  # type: ignore[arg-type]
             save_config_callback=None,
             seed_everything_default=False,
             auto_configure_optimizers=False,
+            load_from_checkpoint_support=False,  # instantiate_classes gives the instantiators to jsonargparse itself
             **kwargs,
         )
 
     def init_parser(self, **kwargs: Any) -> LightningArgumentParser:
-        """Lightning's parser with argparse's prefix matching off: ``--trainer.round 2`` is an error, not ``rounds``."""
+        """Lightning's parser with argparse's prefix matching off: ``--trainer.round 2`` is an error, not ``rounds``.
+
+        Each parser reports its errors in one line, or in full when the CLI was given ``full_errors=True``.
+        """
         kwargs.setdefault("allow_abbrev", False)
+        if issubclass(self.parser_class, FederatedArgumentParser):
+            kwargs.setdefault("full_errors", self.full_errors)
         return super().init_parser(**kwargs)
 
     def before_fit(self) -> None:
@@ -70,7 +150,7 @@ class FederatedCLI(LightningCLI):
             root = config_root(config)
             if latest_checkpoint(root) is None:
                 print(f"fedhet: {config} has no checkpoint under {root} yet: running it first", flush=True)
-                FederatedCLI(args=["fit", "-c", str(config)])
+                FederatedCLI(full_errors=self.full_errors, args=["fit", "-c", str(config)])
 
     @staticmethod
     def subcommands() -> dict[str, set[str]]:
@@ -84,22 +164,30 @@ class FederatedCLI(LightningCLI):
         parser.add_lightning_class_args(self._model_class, "model", subclass_mode=self.subclass_mode_model)
         parser.add_lightning_class_args(self._datamodule_class, "data", subclass_mode=self.subclass_mode_data)
 
-    def _add_instantiators(self) -> None:
-        for key, base, subclasses in (
-            ("model", self._model_class, self.subclass_mode_model),
-            ("data", self._datamodule_class, self.subclass_mode_data),
-        ):
-            self.parser.add_instantiator(_TopLevelHyperparameters(cli=self, key=key), base, subclasses=subclasses)
-
     def instantiate_classes(self) -> None:
         """Build model, data and trainer; a value they refuse (``rounds: 0``...) ends like a parse error, exit 2.
 
-        A sampler that needs more clients per round than the federation declares (``min_clients`` above
-        ``data.num_clients``) is refused here too, before any data is read; where the count is only known from the
-        data, the trainer refuses it when ``fit`` starts, before any round runs.
+        As in LightningCLI with ``load_from_checkpoint_support``, the model and the datamodule save the config's
+        arguments as their hyperparameters (``load_from_checkpoint`` rebuilds them from those); here only the
+        classes the config names do (:class:`_TopLevelHyperparameters`). A sampler that needs more clients per round
+        than the federation declares (``min_clients`` above ``data.num_clients``) is refused here too, before any
+        data is read; where the count is only known from the data, the trainer refuses it when ``fit`` starts,
+        before any round runs.
         """
+        dumped = yaml.safe_load(self.parser.dump(self.config, skip_unset=False, skip_link_targets=False, format="yaml"))
+        self.config_dump = _subcommand_section(dumped, self.subcommand)  # what _InstantiatorFn reads
+        instantiators = [
+            (_TopLevelHyperparameters(cli=self, key=key), base, subclasses)
+            for key, base, subclasses in (
+                ("model", self._model_class, self.subclass_mode_model),
+                ("data", self._datamodule_class, self.subclass_mode_data),
+            )
+        ]
         try:
-            super().instantiate_classes()
+            self.config_init = self.parser.instantiate(self.config, instantiators=instantiators)
+            section = _subcommand_section(self.config_init, self.subcommand)
+            self.datamodule, self.model = section.get("data"), section.get("model")
+            self.trainer = self.instantiate_trainer()  # type: ignore[assignment]
             num_clients = self.datamodule.declared_num_clients
             if num_clients is not None:
                 cast(FederatedTrainer, self.trainer).sampler.validate(num_clients)
@@ -112,27 +200,27 @@ class FederatedCLI(LightningCLI):
         As in LightningCLI, ``trainer_defaults`` (``callbacks`` among them, kept in every run) override the trainer's
         defaults, and callbacks added to the parser with ``add_lightning_class_args`` join ``trainer.callbacks``.
         """
-        config = {**self._get(self.config_init, "trainer", default={}), **kwargs}
-        extra = [self._get(self.config_init, key) for key in self._parser(self.subcommand).callback_keys]
+        section = _subcommand_section(self.config_init, self.subcommand)
+        config = {**section.get("trainer", {}), **kwargs}
+        extra = [section.get(key) for key in self._parser(self.subcommand).callback_keys]
         persistent = self.trainer_defaults.get("callbacks") or []
         persistent = list(persistent) if isinstance(persistent, (list, tuple)) else [persistent]
         if extra or persistent:
             given = config.get("callbacks") or []
             config["callbacks"] = [*(given if isinstance(given, (list, tuple)) else [given]), *extra, *persistent]
         trainer = FederatedTrainer(**config)
-        dumped = self._parser(self.subcommand).dump(
-            self.config.get(str(self.subcommand), self.config), skip_none=False, format="yaml"
-        )
-        trainer.run_config = yaml.safe_load(dumped)
+        trainer.run_config = copy.deepcopy(self.config_dump)
         return trainer
 
 
 def main(args: list[str] | None = None) -> None:
     """Entry point of the ``fedhet`` console script.
 
-    A data or setup error (a missing data file, nothing trained yet for ``test``, a checkpoint that does not match)
-    ends the command with one line on standard error and exit status 1, as a parse error does (status 2); the
-    traceback is shown with ``--debug`` (anywhere on the command line) or ``FEDHET_DEBUG=1``.
+    A usage error (an unknown option, a wrong type, a value a class refuses) ends the command with one line on
+    standard error, the sentence that matters first, and exit status 2 (:class:`FederatedArgumentParser`); a data or
+    setup error (a missing data file, nothing trained yet for ``test``, a checkpoint that does not match) with one
+    line and exit status 1. ``--debug`` (anywhere on the command line) or ``FEDHET_DEBUG=1`` shows jsonargparse's
+    whole report and the traceback instead.
     """
     argv = list(sys.argv[1:] if args is None else args)
     debug = "--debug" in argv or os.environ.get("FEDHET_DEBUG", "") not in ("", "0")
@@ -140,7 +228,7 @@ def main(args: list[str] | None = None) -> None:
     if args is None:  # Lightning reads the command line itself (and warns when given both)
         sys.argv[1:] = argv
     try:
-        FederatedCLI(args=None if args is None else argv)
+        FederatedCLI(full_errors=debug, args=None if args is None else argv)
     except Exception as err:
         if debug:
             raise
