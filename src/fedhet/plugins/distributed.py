@@ -354,13 +354,29 @@ def _children(fabric: Fabric) -> list[Any]:
     return list(getattr(getattr(fabric.strategy, "launcher", None), "procs", None) or [])
 
 
+def dead_children(children: list[Any]) -> str | None:
+    """Which of the processes this one launched (its ranks ``1..``) failed, with how, or ``None``.
+
+    Example:
+        >>> class Killed:
+        ...     pid, returncode = 7, -9
+        ...     def poll(self):
+        ...         return self.returncode
+        >>> dead_children([Killed()])
+        'rank 1 (pid 7) was killed by SIGKILL'
+
+    """
+    dead = [(rank, p) for rank, p in enumerate(children, start=1) if p.poll() is not None and p.returncode != 0]
+    if not dead:
+        return None
+    return "; ".join(f"rank {rank} (pid {p.pid}) {_exit_text(p.returncode)}" for rank, p in dead)
+
+
 def _dead_processes(fabric: Fabric) -> str | None:
     """Which child this process launched has failed, or whether the rank 0 that launched this one is gone; else None."""
-    dead = [
-        (rank, p) for rank, p in enumerate(_children(fabric), start=1) if p.poll() is not None and p.returncode != 0
-    ]
-    if dead:
-        return "; ".join(f"rank {rank} (pid {p.pid}) {_exit_text(p.returncode)}" for rank, p in dead)
+    dead = dead_children(_children(fabric))
+    if dead is not None:
+        return dead
     if fabric.global_rank != 0 and os.getppid() != _launcher_pid:
         return f"rank 0 (pid {_launcher_pid}), which launched this process, is gone"
     return None

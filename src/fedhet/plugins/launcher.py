@@ -17,6 +17,7 @@ returns ``None`` and otherwise keeps Lightning's launcher.
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
@@ -26,13 +27,12 @@ from typing import Any, Literal, cast
 
 import torch
 from lightning.fabric import Fabric
-from lightning.fabric.strategies.launchers.subprocess_script import (
-    _launch_process_observer,
-    _SubprocessScriptLauncher,
-)
+from lightning.fabric.strategies.launchers.subprocess_script import _ChildProcessObserver, _SubprocessScriptLauncher
 from lightning.fabric.utilities.distributed import _set_num_threads_if_needed, _suggested_max_num_threads
 
-from fedhet.plugins.distributed import note_launcher_pid
+from fedhet.plugins.distributed import dead_children, note_launcher_pid
+
+log = logging.getLogger(__name__)
 
 StartMethod = Literal["auto", "fork", "popen"]
 
@@ -85,7 +85,7 @@ def fork_refusal(fabric: Fabric) -> str | None:
     thread per process (see the module's docstring).
     """
     launcher = fabric.strategy.launcher
-    if type(launcher) is not _SubprocessScriptLauncher:
+    if not isinstance(launcher, _SubprocessScriptLauncher) or type(launcher) not in _REPLACEABLE:
         return f"the strategy's launcher is {type(launcher).__name__}, not Lightning's per-machine script launcher"
     if launcher.cluster_environment.creates_processes_externally:
         return "the processes are started by an external launcher"
@@ -107,6 +107,39 @@ def fork_refusal(fabric: Fabric) -> str | None:
     return None
 
 
+class NamingObserver(_ChildProcessObserver):
+    """Lightning's watch over the children of rank 0, which names the failed rank before it ends the run.
+
+    Lightning's observer looks at the children every 5 s and, when one has failed, kills the others and rank 0 at
+    once, which can be before rank 0's next collective would have named the lost process; this one first logs
+    ``rank 0: lost the other processes of the run: rank k (pid p) was killed by SIGKILL``.
+    """
+
+    def _terminate_all(self) -> None:
+        dead = dead_children(list(self._child_processes)) or "a child process failed"
+        log.error("rank 0: lost the other processes of the run: %s", dead)
+        sys.stderr.flush()
+        super()._terminate_all()
+
+
+def watch_children(children: list[subprocess.Popen]) -> None:
+    """Start a :class:`NamingObserver` over ``children`` (rank 0's ranks ``1..``)."""
+    NamingObserver(main_pid=os.getpid(), child_processes=children).start()
+
+
+class PopenLauncher(_SubprocessScriptLauncher):
+    """Lightning's launcher (ranks ``1..N-1`` run the command again), with a :class:`NamingObserver` watching them."""
+
+    def launch(self, function: Callable, *args: Any, **kwargs: Any) -> Any:
+        """Start the other ranks of this machine (once), then call ``function`` in every process."""
+        self.cluster_environment.validate_settings(num_devices=self.num_processes, num_nodes=self.num_nodes)
+        if not self.cluster_environment.creates_processes_externally:
+            self._call_children_scripts()
+            watch_children(self.procs)
+        _set_num_threads_if_needed(num_processes=self.num_processes)
+        return function(*args, **kwargs)
+
+
 class ForkLauncher(_SubprocessScriptLauncher):
     """Lightning's per-machine launcher with ranks ``1..N-1`` forked from rank 0 instead of run again.
 
@@ -119,7 +152,7 @@ class ForkLauncher(_SubprocessScriptLauncher):
         """Fork the other ranks of this machine (once), then call ``function`` in every process."""
         self.cluster_environment.validate_settings(num_devices=self.num_processes, num_nodes=self.num_nodes)
         if not self.cluster_environment.creates_processes_externally and not self._fork_children():
-            _launch_process_observer(self.procs)
+            watch_children(self.procs)
         _set_num_threads_if_needed(num_processes=self.num_processes)
         return function(*args, **kwargs)
 
@@ -145,6 +178,10 @@ class ForkLauncher(_SubprocessScriptLauncher):
         return False
 
 
+#: The launchers :func:`use_start_method` replaces: Lightning's per-machine script launcher, or ours in its place.
+_REPLACEABLE = (_SubprocessScriptLauncher, PopenLauncher)
+
+
 def use_start_method(fabric: Fabric, start_method: StartMethod) -> str:
     """Give ``fabric``'s strategy a :class:`ForkLauncher` when ``start_method`` asks for forking and it is safe.
 
@@ -160,17 +197,17 @@ def use_start_method(fabric: Fabric, start_method: StartMethod) -> str:
         ValueError: ``start_method="fork"`` where forking is not safe, with the reason.
 
     """
-    if fabric.world_size == 1 or start_method == "popen":
+    if fabric.world_size == 1:
         return "popen"
-    refusal = fork_refusal(fabric)
-    if refusal is not None:
-        if start_method == "fork":
-            raise ValueError(f"FederatedTrainer: field 'start_method' is 'fork', but {refusal}")
-        return "popen"
+    refusal = fork_refusal(fabric) if start_method != "popen" else "popen asked"
+    if refusal is not None and start_method == "fork":
+        raise ValueError(f"FederatedTrainer: field 'start_method' is 'fork', but {refusal}")
+    method = "popen" if refusal is not None else "fork"
     launcher = fabric.strategy.launcher
-    assert isinstance(launcher, _SubprocessScriptLauncher)  # fork_refusal checked it
-    # Lightning's strategies keep their launcher in `_launcher` and offer no setter
-    cast(Any, fabric.strategy)._launcher = ForkLauncher(
-        launcher.cluster_environment, launcher.num_processes, launcher.num_nodes
-    )
-    return "fork"
+    if isinstance(launcher, _SubprocessScriptLauncher) and type(launcher) in _REPLACEABLE:  # ours name a lost rank
+        kind = PopenLauncher if method == "popen" else ForkLauncher
+        # Lightning's strategies keep their launcher in `_launcher` and offer no setter
+        cast(Any, fabric.strategy)._launcher = kind(
+            launcher.cluster_environment, launcher.num_processes, launcher.num_nodes
+        )
+    return method
