@@ -64,6 +64,9 @@ class FederatedModule(LightningModule):
         super().__init__()
         self.client_spec: ClientSpec | None = _LOADING_SPEC.get()
         self._trainable_patterns: tuple[str, ...] = ("*",)  # what set_local_phase last applied: all trainable
+        self.local_phase: LocalPhase | None = None
+        """The local phase running now (set by the engine, or per epoch under a plain Trainer), ``None`` outside
+        local training: ``training_step`` reads ``self.local_phase.name`` where its loss depends on the phase."""
         self.local_training: LocalTraining | None = None
         """What the engine handed over for the local training under way (:meth:`set_local_training`), else ``None``."""
 
@@ -218,10 +221,11 @@ class FederatedModule(LightningModule):
         return []
 
     def set_local_phase(self, phase: LocalPhase | None) -> None:
-        """Freeze every parameter that ``phase`` does not train; ``None`` makes all trainable again.
+        """Record ``phase`` as :attr:`local_phase` and freeze every parameter it does not train (``None``: all train).
 
         The patterns last applied are remembered, so re-applying the same phase (every round) costs nothing.
         """
+        self._set_plain("local_phase", phase)
         trainable = ("*",) if phase is None else phase.trainable
         if trainable == self._trainable_patterns:
             return

@@ -115,7 +115,6 @@ class FedPAC(FedRep):
         self.head_lr = head_lr
         self.mix_threshold = mix_threshold
         """The client's training batches for the statistics passes; set by the callbacks under the engine."""
-        self._phase: str | None = None
         self._upload: dict[str, Tensor] = {}
         self._global_centroids: Tensor | None = None
         self._global_available: Tensor | None = None
@@ -146,14 +145,10 @@ class FedPAC(FedRep):
         """``head_epochs`` on the head, then the trainer's local epochs on the body."""
         return [LocalPhase("head", trainable=("head.*",), epochs=self.head_epochs), LocalPhase("body", ("body.*",))]
 
-    def set_local_phase(self, phase: LocalPhase | None) -> None:
-        """Remember which phase runs (the body phase adds feature alignment), then freeze as the base does."""
-        self._phase = None if phase is None else phase.name
-        super().set_local_phase(phase)
-
     def _alignment_centroids(self) -> Tensor | None:
         """The global centroids this step aligns to: in the body phase, after the first aggregation; else ``None``."""
-        aligns = self._phase == "body" and self.feature_alignment and self.lambda_align > 0
+        phase = self.local_phase.name if self.local_phase is not None else None
+        aligns = phase == "body" and self.feature_alignment and self.lambda_align > 0
         return self._global_centroids if aligns else None
 
     def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
