@@ -47,7 +47,7 @@ def _count(value: object, low: int, high: int) -> int:
     return value
 
 
-def _sequence(value: object, max_length: int) -> list | tuple:
+def _sequence(value: object, max_length: int) -> list[Any] | tuple[Any, ...]:
     """``value`` if it is a list or a tuple of at most ``max_length`` entries, else a :class:`_FieldError`."""
     if not isinstance(value, (list, tuple)):
         raise _FieldError(f"is a {type(value).__name__}, not a list")

@@ -12,6 +12,8 @@ data. The same functions compute both.
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -122,7 +124,7 @@ def evaluated_classes(labels: Tensor, num_classes: int, mask: Tensor | None = No
 
     """
     if mask is None:
-        return torch.unique(labels, return_inverse=True)
+        return cast(tuple[Tensor, Tensor], torch.unique(labels, return_inverse=True))
     return torch.arange(num_classes, device=labels.device), labels
 
 
@@ -134,7 +136,7 @@ def group_draws(draws: Tensor, num_groups: int) -> Tensor:
         [[0.0, 2.0], [1.0, 3.0]]
 
     """
-    return draws.unflatten(0, (num_groups, -1)).transpose(0, 1)
+    return cast(Tensor, draws.unflatten(0, (num_groups, -1)).transpose(0, 1))
 
 
 def draws_by_class(draws: Tensor, classes: Tensor, num_classes: int) -> Tensor:

@@ -83,7 +83,7 @@ def psd_sqrt(matrix: Tensor) -> Tensor:
 
     """
     values, vectors = torch.linalg.eigh(matrix.double())
-    root = (vectors * values.clamp_min(0).sqrt().unsqueeze(-2)) @ vectors.mT
+    root: Tensor = (vectors * values.clamp_min(0).sqrt().unsqueeze(-2)) @ vectors.mT
     return root.to(matrix.dtype)
 
 
@@ -119,7 +119,7 @@ def bures_sq(factor: Tensor | None, covariance: Tensor, eps: float = DEFAULT_EPS
     inner = (inner + inner.mT) / 2
     values = torch.linalg.eigvalsh(inner)
     roots = (values.clamp_min(eps).sqrt() * (values > eps)).sum(-1)
-    value = trace_sigma + s.diagonal(dim1=-2, dim2=-1).sum(-1) - 2 * roots
+    value: Tensor = trace_sigma + s.diagonal(dim1=-2, dim2=-1).sum(-1) - 2 * roots
     return value.to(covariance.dtype)
 
 

@@ -8,6 +8,7 @@ float64: a primal active-set method, with accelerated projected gradient (FISTA)
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import cast
 
 import torch
 from torch import Tensor
@@ -42,7 +43,7 @@ def repair_psd(matrix: Tensor, min_eigenvalue: float = 0.0) -> Tensor:
     values, vectors = torch.linalg.eigh(sym)
     if bool((values >= min_eigenvalue).all()):
         return sym
-    return (vectors * values.clamp_min(min_eigenvalue)) @ vectors.transpose(-1, -2)
+    return cast(Tensor, (vectors * values.clamp_min(min_eigenvalue)) @ vectors.transpose(-1, -2))
 
 
 def _kkt_polish(p: Tensor, alpha: Tensor, support_tol: float, tol: float) -> Tensor | None:

@@ -732,7 +732,7 @@ def _apportion(total: int, shares: np.ndarray) -> np.ndarray:
 
     """
     exact = shares / shares.sum() * total
-    sizes = np.floor(exact).astype(np.int64)
+    sizes: np.ndarray = np.floor(exact).astype(np.int64)
     leftover = total - int(sizes.sum())
     sizes[np.argsort(-(exact - sizes), kind="stable")[:leftover]] += 1
     return sizes

@@ -9,6 +9,7 @@ the same random inputs (the RAD), the server averages the clients' Gram matrices
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import cast
 
 import numpy as np
 import torch
@@ -68,4 +69,4 @@ def kernel_penalty(global_kernel: Tensor, local_kernel: Tensor) -> Tensor:
     """
     numerator = (global_kernel @ local_kernel).pow(2).sum()
     scale = torch.linalg.matrix_norm(global_kernel @ global_kernel.T).clamp_min(torch.finfo(global_kernel.dtype).tiny)
-    return numerator / scale / torch.linalg.matrix_norm(local_kernel @ local_kernel).clamp_min(1.0)
+    return cast(Tensor, numerator / scale / torch.linalg.matrix_norm(local_kernel @ local_kernel).clamp_min(1.0))

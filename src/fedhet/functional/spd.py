@@ -63,7 +63,7 @@ def tangent_vectors(spd: Tensor, eps: float = 1e-10) -> Tensor:
 
     """
     values, vectors = torch.linalg.eigh(spd.double())
-    log = (vectors * values.clamp_min(eps).log().unsqueeze(-2)) @ vectors.mT
+    log: Tensor = (vectors * values.clamp_min(eps).log().unsqueeze(-2)) @ vectors.mT
     rows, cols = torch.triu_indices(spd.shape[-1], spd.shape[-1])
     scale = torch.where(rows == cols, 1.0, math.sqrt(2.0)).to(log.dtype)
     return (log[:, rows, cols] * scale).to(spd.dtype)

@@ -9,7 +9,7 @@ These functions implement that rule (``absent="score"``) and the alternative tha
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, cast
 
 import torch
 from torch import Tensor
@@ -43,7 +43,7 @@ def binary_auroc(scores: Tensor, positive: Tensor) -> Tensor:
     ends = torch.cumsum(counts, 0).double()
     mid_ranks = ends - (counts.double() - 1) / 2  # 1-based average rank of each distinct value
     rank_sum = mid_ranks[inverse][positive].sum()
-    return (rank_sum - num_pos * (num_pos + 1) / 2) / (num_pos * num_neg)
+    return cast(Tensor, (rank_sum - num_pos * (num_pos + 1) / 2) / (num_pos * num_neg))
 
 
 def binary_auprc(scores: Tensor, positive: Tensor) -> Tensor:
