@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from lightning.fabric.loggers import Logger
+from lightning.fabric.loggers.logger import Logger
 from lightning.pytorch import Callback, LightningModule
 from lightning.pytorch.loggers import WandbLogger
 

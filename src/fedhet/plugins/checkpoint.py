@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -109,7 +109,7 @@ def resumed_logger_version(state: dict[str, Any], logs_dir: str | Path, source: 
     if version is None or (isinstance(version, int) and not isinstance(version, bool) and version >= 0):
         return version
     path_under(logs_dir, version, "logger_versions", f"checkpoint {str(source)!r}")
-    return version
+    return cast(str, version)  # path_under refuses all but a str
 
 
 def check_resumed_rounds(state: dict[str, Any], rounds: int, sampler: Any, source: str | Path) -> None:

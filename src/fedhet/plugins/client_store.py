@@ -9,11 +9,11 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Iterator, MutableMapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from filelock import FileLock
-from lightning.fabric.utilities.apply_func import apply_to_collection
+from lightning_utilities.core.apply_func import apply_to_collection
 from torch import Tensor
 
 from fedhet.core import ClientState
@@ -145,7 +145,7 @@ class ClientStore(MutableMapping[str, ClientState]):
         self._spilled: set[str] = set()
         self._spill_failed = False
         self.memory_bytes = 0
-        self._finalizer: weakref.finalize | None = None
+        self._finalizer: weakref.finalize[[FileLock, Path, bool], ClientStore] | None = None
         if memory_budget_bytes is not None:
             self._claim()
 
@@ -248,7 +248,7 @@ class ClientStore(MutableMapping[str, ClientState]):
     def _read(self, client_id: str) -> dict[str, Any]:
         path = self.path_of(client_id)
         try:
-            return torch.load(path, map_location="cpu", weights_only=True)
+            return cast(dict[str, Any], torch.load(path, map_location="cpu", weights_only=True))
         except Exception as err:
             raise RuntimeError(
                 f"client '{client_id}': its spilled state {str(path)!r} could not be read back"

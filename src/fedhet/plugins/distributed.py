@@ -27,12 +27,10 @@ from typing import Any, TypeVar
 import torch
 import torch.distributed as dist
 from lightning.fabric import Fabric
-from lightning.fabric.plugins.environments import (
-    LSFEnvironment,
-    MPIEnvironment,
-    SLURMEnvironment,
-    TorchElasticEnvironment,
-)
+from lightning.fabric.plugins.environments.lsf import LSFEnvironment
+from lightning.fabric.plugins.environments.mpi import MPIEnvironment
+from lightning.fabric.plugins.environments.slurm import SLURMEnvironment
+from lightning.fabric.plugins.environments.torchelastic import TorchElasticEnvironment
 from torch import Tensor
 
 from fedhet.plugins.shared_memory import SharedSegments, ordered_stores, shared_memory_available

@@ -7,7 +7,7 @@ import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from filelock import FileLock, Timeout
@@ -160,4 +160,4 @@ def path_under(root: str | Path, value: Any, field: str, source: str) -> Path:
         inside = ".." not in Path(value).parts and resolved != base and resolved.is_relative_to(base)
     if not inside:
         raise ValueError(f"{source}: field {field!r} holds {value!r}, which is not a folder inside {root.as_posix()!r}")
-    return root / value
+    return root / cast(str, value)  # a str: anything else was refused above

@@ -122,7 +122,7 @@ class NamingObserver(_ChildProcessObserver):
         super()._terminate_all()
 
 
-def watch_children(children: list[subprocess.Popen]) -> None:
+def watch_children(children: list[subprocess.Popen[bytes]]) -> None:
     """Start a :class:`NamingObserver` over ``children`` (rank 0's ranks ``1..``)."""
     NamingObserver(main_pid=os.getpid(), child_processes=children).start()
 
@@ -130,7 +130,7 @@ def watch_children(children: list[subprocess.Popen]) -> None:
 class PopenLauncher(_SubprocessScriptLauncher):
     """Lightning's launcher (ranks ``1..N-1`` run the command again), with a :class:`NamingObserver` watching them."""
 
-    def launch(self, function: Callable, *args: Any, **kwargs: Any) -> Any:
+    def launch(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Start the other ranks of this machine (once), then call ``function`` in every process."""
         self.cluster_environment.validate_settings(num_devices=self.num_processes, num_nodes=self.num_nodes)
         if not self.cluster_environment.creates_processes_externally:
@@ -148,7 +148,7 @@ class ForkLauncher(_SubprocessScriptLauncher):
     children as Lightning's launcher watches its subprocesses (a child that fails ends the run).
     """
 
-    def launch(self, function: Callable, *args: Any, **kwargs: Any) -> Any:
+    def launch(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Fork the other ranks of this machine (once), then call ``function`` in every process."""
         self.cluster_environment.validate_settings(num_devices=self.num_processes, num_nodes=self.num_nodes)
         if not self.cluster_environment.creates_processes_externally and not self._fork_children():
@@ -174,7 +174,7 @@ class ForkLauncher(_SubprocessScriptLauncher):
                 self.procs = []
                 note_launcher_pid(parent)
                 return True
-            self.procs.append(cast(subprocess.Popen, ForkedProcess(pid)))  # the observer uses what both have
+            self.procs.append(cast(subprocess.Popen[bytes], ForkedProcess(pid)))  # the observer uses what both have
         return False
 
 

@@ -50,14 +50,16 @@ def check_phase_optimizers(module: EngineModule, phases: Iterable[LocalPhase], c
             )
 
 
-def phase_batches(loader: Iterable, phase: LocalPhase, local_epochs: int, local_steps: int | None) -> Iterable[Any]:
+def phase_batches(
+    loader: Iterable[Any], phase: LocalPhase, local_epochs: int, local_steps: int | None
+) -> Iterable[Any]:
     """The batches of one local phase: its own steps or epochs, else ``local_steps``, else ``local_epochs`` passes."""
     steps = phase.steps if phase.steps is not None else (local_steps if phase.epochs is None else None)
     epochs = phase.epochs if phase.epochs is not None else local_epochs
     return _batches(loader, epochs, steps)
 
 
-def phase_loader(loader: Iterable, phase: LocalPhase) -> Iterable[Any]:
+def phase_loader(loader: Iterable[Any], phase: LocalPhase) -> Iterable[Any]:
     """The loader a phase iterates: the client's, or shuffled batches of ``phase.batch_size`` from its training set.
 
     Raises:
@@ -77,14 +79,14 @@ def phase_loader(loader: Iterable, phase: LocalPhase) -> Iterable[Any]:
     return DataLoader(dataset, batch_size=phase.batch_size, shuffle=True)
 
 
-def _batches(loader: Iterable, epochs: int, steps: int | None) -> Iterable[Any]:
+def _batches(loader: Iterable[Any], epochs: int, steps: int | None) -> Iterable[Any]:
     """Batches over ``epochs`` passes of ``loader``, or exactly ``steps`` batches cycling it when ``steps`` is set."""
     if steps is None and epochs == 1:
         return loader
     return _cycled(loader, epochs, steps)
 
 
-def _cycled(loader: Iterable, epochs: int, steps: int | None) -> Iterator[Any]:
+def _cycled(loader: Iterable[Any], epochs: int, steps: int | None) -> Iterator[Any]:
     if steps is None:
         for _ in range(epochs):
             yield from loader
@@ -104,7 +106,7 @@ def _cycled(loader: Iterable, epochs: int, steps: int | None) -> Iterator[Any]:
 @contextmanager
 def local_training(
     module: EngineModule,
-    loader: Iterable,
+    loader: Iterable[Any],
     phases: Sequence[LocalPhase],
     optimizers: Callable[[], list[Optimizer]] | None = None,
 ) -> Iterator[tuple[LocalTraining, list[Optimizer]]]:
@@ -144,7 +146,7 @@ def local_training(
 def run_local_training(
     fabric: Fabric,
     module: EngineModule,
-    loader: Iterable,
+    loader: Iterable[Any],
     phases: list[LocalPhase],
     local_epochs: int,
     local_steps: int | None,
@@ -197,7 +199,7 @@ def run_local_training(
 def train_phases(
     fabric: Fabric,
     module: EngineModule,
-    loader: Iterable,
+    loader: Iterable[Any],
     phases: Sequence[LocalPhase],
     optimizers: Sequence[Optimizer],
     local_epochs: int,
@@ -264,7 +266,7 @@ def _mean(values: list[torch.Tensor], on_device: bool) -> float:
 
 
 @torch.no_grad()
-def evaluate_client(fabric: Fabric, module: EngineModule, loader: Iterable, stage: str) -> dict[str, float]:
+def evaluate_client(fabric: Fabric, module: EngineModule, loader: Iterable[Any], stage: str) -> dict[str, float]:
     """Run ``validation_step`` (``stage="val"``) or ``test_step`` over ``loader`` and compute the module's metrics."""
     metrics = module.evaluation_metrics(stage)
     if fabric.world_size > 1 and any(m.sync_on_compute for m in metrics.values()):

@@ -61,7 +61,7 @@ A FLIC with a layer that draws random numbers (dropout: the digits CNN's by defa
 from __future__ import annotations
 
 import functools
-from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, NamedTuple, cast
@@ -212,7 +212,7 @@ def stacked_optimizer(
         raise TypeError(f"cannot step stacked clients: {reason}")
     names = _tensor_names(module, attributes)
     groups = [{**group, "params": [leaves[names[id(p)]] for p in group["params"]]} for group in optimizer.param_groups]
-    optimizer_class: Any = type(optimizer)  # an element-wise optimizer: its first argument takes parameter groups
+    optimizer_class: Callable[..., Optimizer] = type(optimizer)  # element-wise: its first argument takes the groups
     return optimizer_class(groups)  # every group holds all its settings
 
 
@@ -237,13 +237,13 @@ class _SampleLosses(nn.Module):
 
     def forward(self, batch: Sequence[Tensor], mask: Tensor) -> Tensor:
         if self.batch_loss:
-            return self.module.masked_loss(batch, mask)
+            return cast(Tensor, self.module.masked_loss(batch, mask))
         return masked_mean(self.module.sample_losses(batch), mask)
 
 
 def _client_loss(losses: _SampleLosses, state: dict[str, Tensor], batch: list[Tensor], mask: Tensor) -> Tensor:
     """One client's loss over the real rows (``mask``) of its padded batch, with its own tensors (``state``)."""
-    return functional_call(losses, state, (batch, mask))
+    return cast(Tensor, functional_call(losses, state, (batch, mask)))
 
 
 def _penalised_client_loss(
@@ -255,7 +255,7 @@ def _penalised_client_loss(
     received: dict[str, Tensor],
 ) -> Tensor:
     """:func:`_client_loss` plus the module's ``local_penalty`` of the client's parameters and received ones."""
-    return _client_loss(losses, state, batch, mask) + losses.module.local_penalty(params, received)
+    return cast(Tensor, _client_loss(losses, state, batch, mask) + losses.module.local_penalty(params, received))
 
 
 class StackResult(NamedTuple):

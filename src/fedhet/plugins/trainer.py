@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar, cast
 
 from lightning.fabric import Fabric
-from lightning.fabric.loggers import Logger
+from lightning.fabric.loggers.logger import Logger
 from lightning.pytorch import Callback, LightningModule
 
 from fedhet.core import (
