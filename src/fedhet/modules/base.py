@@ -6,7 +6,7 @@ import warnings
 from collections.abc import Hashable, Iterable, Mapping
 from contextvars import ContextVar
 from fnmatch import fnmatchcase
-from typing import Any
+from typing import Any, cast
 
 import torch
 from lightning.pytorch import LightningModule
@@ -181,17 +181,17 @@ class FederatedModule(LightningModule):
         self.__dict__[name] = value
 
     @property
-    def local_train_loader(self) -> Iterable | None:
+    def local_train_loader(self) -> Iterable[Any] | None:
         """Deprecated: the batches of :attr:`local_training`; read :meth:`train_batches` instead."""
         warnings.warn(_LOADER_DEPRECATION, DeprecationWarning, stacklevel=2)
         return None if self.local_training is None else self.local_training.batches
 
     @local_train_loader.setter
-    def local_train_loader(self, loader: Iterable | None) -> None:
+    def local_train_loader(self, loader: Iterable[Any] | None) -> None:
         warnings.warn(_LOADER_DEPRECATION, DeprecationWarning, stacklevel=2)
         self.set_local_training(None if loader is None else LocalTraining(loader))
 
-    def train_batches(self) -> Iterable:
+    def train_batches(self) -> Iterable[Any]:
         """The client's training batches: given by the federation engine for local training, else the Trainer's.
 
         Methods that take statistics over the local data (e.g. FedPAC's head statistics before training) read them
@@ -200,7 +200,7 @@ class FederatedModule(LightningModule):
         if self.local_training is not None:
             return self.local_training.batches
         if self._trainer is not None and self.trainer.train_dataloader is not None:
-            return self.trainer.train_dataloader
+            return cast(Iterable[Any], self.trainer.train_dataloader)
         raise RuntimeError(f"{type(self).__name__} has no training batches outside local training")
 
     # ---------------------------------------------------------------- local schedule
@@ -257,7 +257,7 @@ class FederatedModule(LightningModule):
         engine calls those for every client of every round), and modules built only to initialise a client's personal
         layers never create them. They follow the module's device when asked for.
         """
-        cache = self.__dict__.setdefault("_evaluation_metrics", {})
+        cache: dict[str, tuple[MetricCollection, torch.device]] = self.__dict__.setdefault("_evaluation_metrics", {})
         if stage not in cache or cache[stage][1] != self.device:
             metrics = cache[stage][0] if stage in cache else self.configure_metrics(stage)
             cache[stage] = (metrics.to(self.device), self.device)

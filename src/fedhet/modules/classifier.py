@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Literal
+from typing import Literal, cast
 
 import torch
 import torch.nn.functional as F
@@ -98,7 +98,7 @@ class FederatedClassifier(FederatedModule):
 
     def forward(self, x: Tensor) -> Tensor:
         """Class logits, shape ``(B, num_classes)``, for inputs of shape ``(B, *input_shape)``."""
-        return self.head(self.body(x))
+        return cast(Tensor, self.head(self.body(x)))
 
     def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
         """Cross-entropy on one batch, plus :meth:`local_penalty` for a method that defines one."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple, cast
 
 import torch
 import torch.nn.functional as F
@@ -289,7 +289,7 @@ class FedDaDiL(FederatedModule):
     @torch.no_grad()
     def features(self, x: Tensor) -> Tensor:
         """Encoder features, shape ``(B, d)``, of inputs of shape ``(B, *input_shape)``."""
-        return self.body(x)
+        return cast(Tensor, self.body(x))
 
     def configure_callbacks(self) -> list[Callback]:
         """The server step: :class:`~fedhet.callbacks.DictionaryAveraging` with the configured rule."""

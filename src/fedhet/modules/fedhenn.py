@@ -11,7 +11,7 @@ linear head); after local training it uploads the Gram matrix :math:`K_i = A_i A
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 import torch
 from lightning.pytorch import Callback
@@ -64,7 +64,7 @@ class FedHeNN(FLIC):
     def kernel(self) -> Tensor:
         r""":math:`K_i = A_i A_i^\top`, shape ``(rad_size, rad_size)``, of the current embedding of the RAD."""
         representations = self.embedding(self.rad_inputs)
-        return representations @ representations.T
+        return cast(Tensor, representations @ representations.T)
 
     def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
         """Cross-entropy plus ``mu_reg`` times the kernel penalty (once a global kernel has been received)."""

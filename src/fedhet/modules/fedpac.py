@@ -183,7 +183,7 @@ class FedPAC(FedRep):
 
     # ---------------------------------------------------------------- statistics
     @torch.no_grad()
-    def class_sums(self, loader: Iterable) -> tuple[Tensor, Tensor, Tensor]:
+    def class_sums(self, loader: Iterable[Any]) -> tuple[Tensor, Tensor, Tensor]:
         """One body pass over ``loader``: class counts ``(K,)``, feature sums ``(K, d)``, square norms ``(K,)``."""
         k, d = self.head.out_features, self.head.in_features
         counts = torch.zeros(k, device=self.device)

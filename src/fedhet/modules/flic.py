@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple, cast
 
 import torch
 import torch.nn.functional as F
@@ -353,7 +353,7 @@ class FLIC(FederatedClassifier):
 
     def classify(self, z: Tensor) -> Tensor:
         r"""Class logits ``(B, C)`` of latent vectors ``(B, k)``: :math:`\beta_i(\alpha(z))`."""
-        return self.head(self.hidden(z))
+        return cast(Tensor, self.head(self.hidden(z)))
 
     # ---------------------------------------------------------------- the loss terms
     def sample_anchors(
@@ -651,7 +651,7 @@ class FLIC(FederatedClassifier):
         return terms.loss
 
     # ---------------------------------------------------------------- pre-training
-    def pretrain_embedding(self, loader: Iterable, epochs: int) -> list[float]:
+    def pretrain_embedding(self, loader: Iterable[Any], epochs: int) -> list[float]:
         r"""Minimise :meth:`alignment_loss` over :math:`\phi_i` alone (Adam, ``pretrain_lr``) for ``epochs`` epochs.
 
         Returns:
@@ -738,7 +738,7 @@ class FLIC(FederatedClassifier):
         self._anchor_optimizer.zero_grad(set_to_none=True)
 
     @torch.no_grad()
-    def embed_all(self, loader: Iterable) -> tuple[Tensor, Tensor]:
+    def embed_all(self, loader: Iterable[Any]) -> tuple[Tensor, Tensor]:
         """Embeddings ``(N, k)`` (in eval mode) and labels ``(N,)`` of every batch of ``loader``."""
         mode = self.training
         self.eval()

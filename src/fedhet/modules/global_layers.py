@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Hashable, Sequence
-from typing import Literal
+from typing import Literal, cast
 
 import torch
 import torch.nn.functional as F
@@ -85,7 +85,7 @@ class EntityEmbedding(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         """Tokens ``(B, F, E)`` of features ``(B, F)``."""
-        return self.norm(x.unsqueeze(-1) * self.weight + self.bias)
+        return cast(Tensor, self.norm(x.unsqueeze(-1) * self.weight + self.bias))
 
 
 class TransformerBlock(nn.Module):
@@ -145,7 +145,7 @@ class ResidualFeedForward(nn.Module):
         hidden = F.selu(self.w1(self.norm(x)))
         if self.w3 is not None:
             hidden = hidden * self.w3(x)
-        return x + self.w2(hidden)
+        return cast(Tensor, x + self.w2(hidden))
 
 
 class GlobalLayers(FederatedModule):
@@ -347,7 +347,7 @@ class GlobalLayers(FederatedModule):
         tokens = self.blocks(self.embedding(x))
         hidden = self.layer1(tokens.flatten(1))
         hidden = self.layer4(self.layer3(self.layer2(hidden)))
-        return self.head(self.norm_out(self.layer5(hidden)))
+        return cast(Tensor, self.head(self.norm_out(self.layer5(hidden))))
 
     def head_targets(self, y: Tensor) -> Tensor:
         """Federation labels ``(B,)`` to head classes ``(B,)`` (``-1`` for a class the head does not have)."""
