@@ -90,7 +90,7 @@ class _TopLevelHyperparameters(_InstantiatorFn):
     would save its outer federation's arguments as its own. Nested classes are built plainly here.
     """
 
-    def __call__(self, class_type: type, *args: Any, applied_instantiation_links: dict, **kwargs: Any) -> Any:
+    def __call__(self, class_type: type, *args: Any, applied_instantiation_links: dict[str, Any], **kwargs: Any) -> Any:
         config = _subcommand_section(self.cli.config, self.cli.subcommand).get(self.key) or {}
         class_path = config.get("class_path") if hasattr(config, "get") else None
         if class_path is not None and _import_class(class_path) is not class_type:

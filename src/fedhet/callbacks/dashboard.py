@@ -106,7 +106,7 @@ class FederationDashboard(FederatedCallback):
             return None
         folder = trainer.run.plots
         folder.mkdir(parents=True, exist_ok=True)
-        path = folder / f"{name}.png"
+        path: Path = folder / f"{name}.png"
         figure.savefig(path, dpi=110)
         return path
 

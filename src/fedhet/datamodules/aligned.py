@@ -19,7 +19,7 @@ def _same(a: Any, b: Any) -> bool:
     """Equal, a list and a tuple with equal items included (a CLI gives lists where defaults are tuples)."""
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
         return list(a) == list(b)
-    return a == b
+    return bool(a == b)
 
 
 def _describe(federation: FederatedDataModule, given: Mapping[str, Any] | None = None) -> dict[str, Any]:

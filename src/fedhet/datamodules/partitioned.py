@@ -260,7 +260,7 @@ class PartitionedFederation(FederatedDataModule):
     def unheld_indices(self) -> np.ndarray:
         """Pooled rows that no client holds (only ``"shards"``, ``"dominant"`` and ``"hybrid"`` can leave some)."""
         self.setup()
-        return self._unheld.copy()
+        return cast(np.ndarray, self._unheld.copy())
 
     @property
     def feature_draws(self) -> dict[str, Any]:
@@ -272,7 +272,7 @@ class PartitionedFederation(FederatedDataModule):
     def label_permutations(self) -> np.ndarray:
         """The concept-shift permutations, shape ``(G, num_classes)``; row ``g`` relabels the clients of group ``g``."""
         self.setup()
-        return self._permutations.copy()
+        return cast(np.ndarray, self._permutations.copy())
 
     def build_clients(self) -> list[ClientDataModule]:
         """Load the pooled data, partition it, shift each client's labels and transform its features.
@@ -388,6 +388,7 @@ class PartitionedFederation(FederatedDataModule):
             size = resample_sizes[index]
             self._draws[client_id] = size
             return resample_images(features, size if isinstance(size, int) else tuple(size), **args)
+        transformed: Tensor
         transformed, draw = TRANSFORMS[str(self.feature_transform)](features, seed, **self.transform_args)
         self._draws[client_id] = draw
         return transformed

@@ -38,7 +38,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Hashable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from flwr.app import Context, Message, RecordDict
 from flwr.clientapp import ClientApp
@@ -100,7 +100,7 @@ def client_of(node: Mapping[str, Any], datamodule: Any) -> str:
     client_id = _node_field(node, "client-id", str, 'client-id="client_000"')
     position = _node_field(node, "partition-id", int, "partition-id=0")
     if client_id is not None:
-        return client_id
+        return cast(str, client_id)  # _node_field refused all but a str
     if position is None:
         raise ValueError("Flower node config: set field 'client-id' (or 'partition-id'): which client this node is")
     datamodule.setup("fit")
@@ -110,7 +110,7 @@ def client_of(node: Mapping[str, Any], datamodule: Any) -> str:
             f"Flower node config: field 'partition-id' is {position}, out of range: the federation's data hold"
             f" {len(client_ids)} clients (0 to {len(client_ids) - 1})"
         )
-    return client_ids[position]
+    return cast(str, client_ids[position])
 
 
 def node_client(config: Path, context: Context) -> NodeClient:
@@ -140,7 +140,7 @@ _CLIENTS: OrderedDict[Hashable, NodeClient] = OrderedDict()
 _KEPT_CLIENTS = 4
 
 
-def _frozen(config: Mapping[str, Any]) -> tuple:
+def _frozen(config: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
     return tuple(sorted((key, repr(value)) for key, value in config.items()))
 
 

@@ -27,7 +27,7 @@ import logging
 import sys
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import httpx
 from flwr.app import Message
@@ -51,12 +51,15 @@ log = logging.getLogger(__name__)
 def _client(
     address: str, root_certificates: str | None, *interceptors: Any, retries: RetryInvoker | None = None
 ) -> RuntimeHttpClient:
-    return RuntimeHttpClient.from_server_address(
-        server_address=address,
-        insecure=root_certificates is None,
-        root_certificates=root_certificates,
-        interceptors=list(interceptors),
-        retry_invoker=retries or make_simple_http_retry_invoker(),
+    return cast(
+        RuntimeHttpClient,
+        RuntimeHttpClient.from_server_address(
+            server_address=address,
+            insecure=root_certificates is None,
+            root_certificates=root_certificates,
+            interceptors=list(interceptors),
+            retry_invoker=retries or make_simple_http_retry_invoker(),
+        ),
     )
 
 
