@@ -82,6 +82,14 @@ def run_means(root: Path) -> dict[str, float]:
             for c in COLUMNS}  # fmt: skip
 
 
+def config_record(args: argparse.Namespace) -> str:
+    """Which config each method ran: the deployment tests' template with the run's rounds and overrides."""
+    return (
+        "tests/integrations/flower_helpers.py write_config(method, rounds={r}, eval_every={r}) for {m};"
+        " overrides --trainer.local_epochs {e}".format(r=args.rounds, m=", ".join(args.methods), e=args.local_epochs)
+    )
+
+
 def simulate(config: Path, root: Path, args: list[str]) -> float:
     started = time.perf_counter()
     cmd = [sys.executable, "-m", "fedhet", "fit", "-c", str(config), "--trainer.default_root_dir", str(root), *args]
@@ -245,6 +253,7 @@ def main() -> None:
     parser.add_argument("--name", default="flower_deployment", help="results/<name>.md and .csv")
     args = parser.parse_args()
     env = environment()
+    env["config"] = config_record(args)
     with tempfile.TemporaryDirectory(prefix="fedhet_flower_bench_") as work:
         result = measure(args, Path(work))
     title = "A deployed round against a simulated one (Flower on loopback)"
