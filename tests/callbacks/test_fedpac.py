@@ -1,8 +1,5 @@
 """CentroidSync and HeadMixing: server steps on hand-made uploads, delivery, checkpoints and resume."""
 
-import io
-from types import SimpleNamespace
-
 import torch
 
 from fedhet.callbacks import CentroidSync, HeadMixing
@@ -11,9 +8,7 @@ from fedhet.core import ClientUpdate, ServerState
 from fedhet.functional import combination_weights
 from fedhet.modules import FedPAC
 from fedhet.plugins import FederatedTrainer
-
-#: A trainer as a server callback sees it, where only the callback's logging is used (and dropped)
-TRAINER = SimpleNamespace(log_dict=lambda metrics, step: None)
+from tests.callbacks.helpers import TRAINER, roundtrip
 
 
 def upload(cid, centroids, counts, h=None, v=None, weight=None, bias=None):
@@ -21,13 +16,6 @@ def upload(cid, centroids, counts, h=None, v=None, weight=None, bias=None):
     if h is not None:
         stats.update({"fedpac/H": h, "fedpac/v": v, "fedpac/head.weight": weight, "fedpac/head.bias": bias})
     return ClientUpdate(cid, int(counts.sum()), {}, stats)
-
-
-def roundtrip(state):
-    buffer = io.BytesIO()
-    torch.save(state, buffer)
-    buffer.seek(0)
-    return torch.load(buffer, weights_only=True)
 
 
 def test_centroid_sync_weights_by_class_counts_and_skips_absent_classes():

@@ -1,8 +1,5 @@
 """AnchorUpdate and KernelSync: server steps on hand-made uploads, checkpoints, and a resumed federation."""
 
-import io
-from types import SimpleNamespace
-
 import pytest
 import torch
 
@@ -13,9 +10,7 @@ from fedhet.core import ClientUpdate, ServerState
 from fedhet.functional import gaussian_barycenter
 from fedhet.modules import FLIC
 from fedhet.plugins import FederatedTrainer
-
-#: A trainer as a server callback sees it, where only the callback's logging is used (and dropped)
-TRAINER = SimpleNamespace(log_dict=lambda metrics, step: None)
+from tests.callbacks.helpers import TRAINER, roundtrip
 
 
 def upload(cid, means, samples=10, counts=None, factors=None):
@@ -25,13 +20,6 @@ def upload(cid, means, samples=10, counts=None, factors=None):
     if factors is not None:
         stats[ANCHOR_FACTORS] = factors
     return ClientUpdate(cid, samples, {}, stats)
-
-
-def roundtrip(state):
-    buffer = io.BytesIO()
-    torch.save(state, buffer)
-    buffer.seek(0)
-    return torch.load(buffer, weights_only=True)
 
 
 def test_uniform_weights_give_the_plain_mean_of_the_participants():
