@@ -14,28 +14,33 @@ from typing import Any
 
 import torch
 
-from fedhet.plugins import FederatedTrainer
+from fedhet.plugins import Checkpointing, FederatedTrainer, Processes, Reporting
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
 
 def quiet_trainer(
-    rounds: int, seed: int = 0, root: str | Path = "fedhet_runs/benchmarks", **overrides: Any
+    rounds: int,
+    seed: int = 0,
+    root: str | Path = "fedhet_runs/benchmarks",
+    stack_clients: int | None = None,
+    eval_every: int | None = None,
+    log_per_client: bool = False,
+    **overrides: Any,
 ) -> FederatedTrainer:
     """A CPU ``FederatedTrainer`` with no logger, progress display, checkpoints or per-client logging.
 
-    Clients are evaluated only after the last round (the engine always evaluates then), so a benchmark's time goes to
-    training. ``overrides`` replace any of these settings.
+    Clients are evaluated only after the last round (the engine always evaluates then) unless ``eval_every`` says
+    otherwise, so a benchmark's time goes to training. ``stack_clients`` trains clients in stacks; ``overrides``
+    replace any other trainer argument.
     """
     settings: dict[str, Any] = {
         "rounds": rounds,
         "seed": seed,
-        "accelerator": "cpu",
+        "processes": Processes(accelerator="cpu", stack_clients=stack_clients),
         "logger": False,
-        "enable_progress_bar": False,
-        "checkpoint_every": 0,
-        "eval_every": rounds + 1,
-        "log_per_client": False,
+        "checkpointing": Checkpointing(every=0),
+        "reporting": Reporting(eval_every=eval_every or rounds + 1, per_client=log_per_client, progress_bar=False),
         "default_root_dir": str(root),
     }
     return FederatedTrainer(**{**settings, **overrides})

@@ -110,6 +110,7 @@ from torch import Tensor, nn
 from torch.func import functional_call, vmap
 
 from _common import RESULTS_DIR, environment
+from fedhet.plugins import Processes
 from fedhet.plugins.heap import retain_freed_memory
 
 NUM_CLASSES = 10
@@ -419,9 +420,8 @@ def make_trainer(
     return quiet_trainer(
         rounds,
         callbacks=callbacks,
-        stack_clients=stack_clients,
         local_epochs=workload.local_epochs,
-        retain_cpu_heap=retain_heap,
+        processes=Processes(accelerator="cpu", stack_clients=stack_clients, retain_cpu_heap=retain_heap),
     )
 
 

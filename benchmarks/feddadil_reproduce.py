@@ -82,7 +82,7 @@ def oracle_probe(state: dict[str, torch.Tensor], data: DigitsDomains, target: st
 
 def run_task(target: str, seed: int, args: argparse.Namespace, root: Path) -> dict[str, Any]:
     """Step 1 then step 2 for one target and seed: target accuracies, bytes sent up in round 0, the model."""
-    step1 = quiet_trainer(args.step1_rounds, seed, root / "step1", aggregator=WeightedMean("uniform"))
+    step1 = quiet_trainer(args.step1_rounds, seed, root / "step1", server_update=WeightedMean("uniform"))
     encoder = FedAvg(hidden_dims=[128, 64], optimizer="sgd", lr=0.01, momentum=0.9, weight_decay=5e-4)
     step1.fit(encoder, digits(target, seed, args, include_target=False))
     root.mkdir(parents=True, exist_ok=True)

@@ -27,6 +27,7 @@ from pathlib import Path
 import torch
 
 from _common import environment, quiet_trainer, write_table
+from fedhet.plugins import Checkpointing
 from fedhet.plugins.run_folder import latest_checkpoint
 from fedpac_reproduce import PAPER_FMNIST_20, SCALES, federation, methods
 
@@ -47,7 +48,12 @@ def train(name: str, root: Path, seed: int, rounds: int, checkpoint_every: int, 
     """
     folder = root / f"{slug(name)}_{seed}"
     trainer = quiet_trainer(
-        rounds, seed, folder, local_epochs=SCALE["local_epochs"], checkpoint_every=checkpoint_every, stack_clients=stack
+        rounds,
+        seed,
+        folder,
+        local_epochs=SCALE["local_epochs"],
+        checkpointing=Checkpointing(every=checkpoint_every),
+        stack_clients=stack,
     )
     last = latest_checkpoint(folder)  # the latest version folder's last.ckpt
     start = time.perf_counter()

@@ -150,6 +150,7 @@ def run_fedhet_side(task_path: Path, out: Path, devices: int) -> None:
     """Fedhet's FedAvg on the task; writes the final global weights and the seconds of ``fit`` (rank 0)."""
     from _common import quiet_trainer
     from fedhet.datamodules import FederatedDataModule
+    from fedhet.plugins import Processes
 
     torch.set_num_threads(1)
     task = torch.load(task_path, weights_only=True)
@@ -161,7 +162,7 @@ def run_fedhet_side(task_path: Path, out: Path, devices: int) -> None:
         task["rounds"],
         seed=task["seed"],
         root=out.parent / f"fedhet{devices}",
-        devices=devices,
+        processes=Processes(accelerator="cpu", devices=devices),
         local_epochs=task["local_epochs"],
     )
     model = fedavg_for(task)

@@ -60,7 +60,7 @@ def data(seed: int, clients: int) -> DigitsFederation:
 
 
 def run(method: str, seed: int, args: argparse.Namespace, root: Path, privacy=None, callbacks=()) -> dict:
-    trainer = quiet_trainer(args.rounds, seed, root, privacy=privacy, callbacks=list(callbacks))
+    trainer = quiet_trainer(args.rounds, seed, root, server_update=privacy, callbacks=list(callbacks))
     model, federation = METHODS[method](), data(seed, args.clients)
     trainer.fit(model, federation)
     metrics = trainer.test(model, federation)

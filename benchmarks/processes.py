@@ -1,9 +1,9 @@
 """Client-parallel speed-up: the same federation on 2 CPU processes against 1, with identical results.
 
 What runs:
-    ``fedhet fit -c <config> --trainer.devices N`` for N = 1 and 2 (CPU, gloo), each in its own ``fedhet`` process
-    tree with ``OMP_NUM_THREADS=1`` (one thread per process, the same float sums in every process), rounds set by
-    ``--rounds``, ``--local-epochs`` local epochs (5 by default), no progress display, checkpoints off. The
+    ``fedhet fit -c <config> --trainer.processes.devices N`` for N = 1 and 2 (CPU, gloo), each in its own ``fedhet``
+    process tree with ``OMP_NUM_THREADS=1`` (one thread per process, the same float sums in every process), rounds
+    set by ``--rounds``, ``--local-epochs`` local epochs (5 by default), no progress display, checkpoints off. The
     default config is FedPAC-style FedAvg on MNIST-5k
     (``configs/fedavg/mnist5k_dominant.yaml``: 20 clients, an MLP of 200 hidden units), work that is
     bound by the clients' local training. With 2 processes the clients of a round are split between the processes
@@ -29,8 +29,8 @@ How the processes start and exchange uploads:
     With the trainer's default ``start_method="auto"`` the second process is forked from the first when ``fit``
     starts (on this 2-core machine each process runs one compute thread, so forking is safe;
     ``fedhet.plugins.launcher``), instead of running the whole command again
-    (``--override=--trainer.start_method=popen`` measures Lightning's launcher). Each process packs its clients'
-    uploads into one byte buffer (tensor bytes copied once, only names, shapes and scalars pickled;
+    (``--override=--trainer.processes.start_method=popen`` measures Lightning's launcher). Each process packs its
+    clients' uploads into one byte buffer (tensor bytes copied once, only names, shapes and scalars pickled;
     ``fedhet.plugins.distributed.pack_object``) written into a shared-memory segment; the processes tell each other
     only the buffers' lengths, through a shared-memory control block that a waiting process polls (a gloo
     ``all_gather`` of those numbers took 0.2 ms at the median and up to 4.5 ms in a tenth of the calls), and read each
@@ -51,7 +51,7 @@ Usage::
     python benchmarks/processes.py --repeats 3 --override=--model.init_args.hidden_dims=[800]
 
 Results go to ``benchmarks/results/processes.csv`` and ``.md`` (one row per config; ``--name`` for another file, e.g.
-``--override=--trainer.start_method=popen --name processes_popen``).
+``--override=--trainer.processes.start_method=popen --name processes_popen``).
 """
 
 from __future__ import annotations
@@ -95,10 +95,10 @@ def run(
 ) -> tuple[list[dict[str, str]], float]:
     """One ``fedhet fit``; its metrics rows and its wall seconds."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    command = [sys.executable, "-m", "fedhet", "fit", "-c", str(config), "--trainer.devices", str(devices)]
+    command = [sys.executable, "-m", "fedhet", "fit", "-c", str(config), "--trainer.processes.devices", str(devices)]
     command += ["--trainer.rounds", str(rounds), "--trainer.local_epochs", str(epochs)]
     command += ["--trainer.default_root_dir", str(root)]
-    command += ["--trainer.enable_progress_bar", "false", "--trainer.checkpoint_every", "0", *overrides]
+    command += ["--trainer.reporting.progress_bar", "false", "--trainer.checkpointing.every", "0", *overrides]
     start = time.perf_counter()
     subprocess.run(command, check=True, env=env, capture_output=True, cwd=ROOT)
     wall = time.perf_counter() - start

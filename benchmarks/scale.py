@@ -165,7 +165,7 @@ def run_one(
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from _common import quiet_trainer
     from fedhet.modules import FedRep
-    from fedhet.plugins import UniformSampler
+    from fedhet.plugins import ClientStates, UniformSampler
 
     torch.set_num_threads(1)
     logging.getLogger("lightning").setLevel(logging.WARNING)
@@ -180,7 +180,7 @@ def run_one(
         root=root / f"n{num_clients}",
         sampler=UniformSampler(fraction, min_clients=1),
         callbacks=[probe],
-        client_state_budget_mb=budget_mb,
+        client_state=ClientStates(budget_mb=budget_mb),
         stack_clients=stack,
     )
     start = time.perf_counter()

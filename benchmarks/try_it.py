@@ -63,7 +63,7 @@ def main() -> None:
                 continue
             argv = shlex.split(command)
             argv = [str(ROOT / a) if a.startswith("configs/") else a for a in argv]
-            argv = [sys.executable, "-m", "fedhet", *argv[1:], "--trainer.enable_progress_bar", "false"]
+            argv = [sys.executable, "-m", "fedhet", *argv[1:], "--trainer.reporting.progress_bar", "false"]
             start, cpu = time.perf_counter(), _children_cpu()
             try:
                 done = subprocess.run(argv, cwd=work, env=env, capture_output=True, text=True, timeout=args.timeout)

@@ -7,11 +7,16 @@ from fedhet.callbacks import FederatedCallback
 from fedhet.core import Federation, FederationHooks
 from fedhet.modules import FedAvg
 from fedhet.plugins import FederatedTrainer
+from fedhet.plugins.options import Processes, Reporting
 
 
 def test_the_trainer_is_the_federation_callbacks_are_typed_against(tmp_path, tiny_federation):
     trainer = FederatedTrainer(
-        rounds=1, accelerator="cpu", logger=False, enable_progress_bar=False, default_root_dir=str(tmp_path)
+        rounds=1,
+        processes=Processes(accelerator="cpu"),
+        reporting=Reporting(progress_bar=False),
+        logger=False,
+        default_root_dir=str(tmp_path),
     )
     trainer.fit(FedAvg(hidden_dims=[4]), tiny_federation)
     assert isinstance(trainer, Federation)

@@ -15,6 +15,9 @@ from fedhet.cli import FederatedCLI, main
 from fedhet.datamodules import FederatedDataModule
 from fedhet.modules import FedAvg
 from fedhet.plugins import FederatedTrainer, UniformSampler
+from fedhet.plugins.options import Reporting
+from fedhet.plugins.runners import SequentialRunner
+from fedhet.plugins.stacked import StackedRunner
 
 ROOT = Path(__file__).parents[1]
 CONFIG_DIR = ROOT / "configs"
@@ -33,7 +36,7 @@ def tiny(root, rounds=2):
         str(rounds),
         "--data.init_args.num_clients",
         "3",
-        "--trainer.enable_progress_bar",
+        "--trainer.reporting.progress_bar",
         "false",
         "--trainer.default_root_dir",
         str(root),
@@ -131,9 +134,9 @@ def test_trainer_defaults_are_applied_under_the_config(no_data):
     cli = FederatedCLI(
         args=["-c", FEDAVG, "--trainer.local_epochs", "2"],
         run=False,
-        trainer_defaults={"eval_every": 3, "rounds": 99, "local_epochs": 5, "callbacks": persistent},
+        trainer_defaults={"reporting": {"eval_every": 3}, "rounds": 99, "local_epochs": 5, "callbacks": persistent},
     )
-    assert cli.trainer.eval_every == 3  # not in the config: the default given to the CLI
+    assert cli.trainer.reporting.eval_every == 3  # not in the config: the default given to the CLI
     assert cli.trainer.rounds == 40  # the config file wins over trainer_defaults
     assert cli.trainer.local_epochs == 2  # and the command line over both
     assert cli.trainer.user_callbacks == [persistent]
@@ -151,10 +154,12 @@ def test_callbacks_added_to_the_parser_reach_the_trainer(no_data):
 
 
 def test_stacked_clients_from_the_command_line(no_data, capsys):
-    assert FederatedCLI(args=["-c", FEDAVG, "--trainer.stack_clients", "64"], run=False).trainer.stack_clients == 64
-    assert FederatedCLI(args=["-c", FEDAVG], run=False).trainer.stack_clients is None
+    stacked = FederatedCLI(args=["-c", FEDAVG, "--trainer.processes.stack_clients", "64"], run=False).trainer.runner
+    assert isinstance(stacked, StackedRunner)
+    assert stacked.size == 64
+    assert isinstance(FederatedCLI(args=["-c", FEDAVG], run=False).trainer.runner, SequentialRunner)
     with pytest.raises(SystemExit):
-        FederatedCLI(args=["-c", FEDAVG, "--trainer.stack_clients", "0"], run=False)
+        FederatedCLI(args=["-c", FEDAVG, "--trainer.processes.stack_clients", "0"], run=False)
     assert "field 'stack_clients' must be at least 1" in capsys.readouterr().err
 
 
@@ -330,8 +335,8 @@ def test_bad_values_are_refused_before_any_data_is_read(extra, needle, tmp_path,
     [
         (["--trainer.rounds", "-3"], "'rounds' must be at least 1"),
         (["--trainer.local_steps", "0"], "'local_steps' must be at least 1"),
-        (["--trainer.max_client_failures", "1.5"], "'max_client_failures' must be in [0, 1]"),
-        (["--trainer.client_time_budget_s", "0"], "'client_time_budget_s' must be positive"),
+        (["--trainer.faults.max_client_failures", "1.5"], "'max_client_failures' must be in [0, 1]"),
+        (["--trainer.faults.client_time_budget_s", "0"], "'client_time_budget_s' must be positive"),
         (["--trainer.seed", "1.5"], "trainer.seed"),
         (
             [
@@ -397,7 +402,9 @@ def test_min_clients_above_a_federation_size_known_only_from_its_data_is_refused
     federation.setup()
     assert federation.declared_num_clients == 3
     trainer = FederatedTrainer(
-        sampler=UniformSampler(0.5, min_clients=4), enable_progress_bar=False, default_root_dir=str(tmp_path)
+        sampler=UniformSampler(0.5, min_clients=4),
+        reporting=Reporting(progress_bar=False),
+        default_root_dir=str(tmp_path),
     )
     with pytest.raises(ValueError, match=r"'min_clients' is 4 but the federation has only 3 clients"):
         trainer.fit(FedAvg(hidden_dims=[4]), federation)

@@ -79,7 +79,7 @@ def csv_federation(tmp_path, second):
                 ]
             },
         },
-        "trainer": {"rounds": 1, "default_root_dir": str(tmp_path / "run"), "enable_progress_bar": False},
+        "trainer": {"rounds": 1, "default_root_dir": str(tmp_path / "run"), "reporting": {"progress_bar": False}},
     }
     path = tmp_path / "csv.yaml"
     path.write_text(yaml.safe_dump(config))

@@ -57,7 +57,7 @@ def test_a_logger_the_readme_names_works_as_written(options, tmp_path, monkeypat
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("WANDB_MODE", "offline")
     config = str(ROOT / "configs" / "fedavg" / "digits.yaml")
-    quiet = ["--trainer.rounds", "1", "--trainer.enable_progress_bar", "false"]
+    quiet = ["--trainer.rounds", "1", "--trainer.reporting.progress_bar", "false"]
     cli = FederatedCLI(args=["fit", "-c", config, *shlex.split(options), *quiet])
     assert len(cli.trainer.history) == 1
     assert any(tmp_path.rglob("*")), "the logger wrote nothing"

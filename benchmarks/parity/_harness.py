@@ -31,6 +31,7 @@ from fedhet.callbacks.base import FederatedCallback  # noqa: E402
 from fedhet.datamodules import PartitionedFederation  # noqa: E402
 from fedhet.modules.blocks import mlp  # noqa: E402
 from fedhet.modules.fedpac_nets import FEATURE_DIM, cnn28_body  # noqa: E402
+from fedhet.plugins import ClientStates  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -186,7 +187,7 @@ def run_fedhet(
         root / f"{label}_{seed}".replace(" ", "_"),
         local_epochs=setting.local_epochs,
         callbacks=[clock],
-        personal_init=personal_init,
+        client_state=ClientStates(personal_init=personal_init),
     )
     data = federation(setting, seed)
     model = build()

@@ -9,6 +9,7 @@ from fedhet.core import ClientUpdate, ServerState
 from fedhet.datamodules import RotatedBlobsDomains
 from fedhet.modules import FedDaDiL
 from fedhet.plugins import FederatedTrainer
+from fedhet.plugins.options import Processes, Reporting
 
 
 class FakeTrainer:
@@ -93,7 +94,11 @@ def test_state_round_trip_and_bad_rule():
 def test_resumed_federation_matches_an_uninterrupted_one(tmp_path):
     def trainer(root, rounds):
         return FederatedTrainer(
-            rounds=rounds, accelerator="cpu", enable_progress_bar=False, logger=False, default_root_dir=str(root)
+            rounds=rounds,
+            processes=Processes(accelerator="cpu"),
+            reporting=Reporting(progress_bar=False),
+            logger=False,
+            default_root_dir=str(root),
         )
 
     def model():

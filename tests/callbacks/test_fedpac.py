@@ -8,6 +8,7 @@ from fedhet.core import ClientUpdate, ServerState
 from fedhet.functional import combination_weights
 from fedhet.modules import FedPAC
 from fedhet.plugins import FederatedTrainer
+from fedhet.plugins.options import Processes, Reporting
 from tests.callbacks.helpers import TRAINER, roundtrip
 
 
@@ -59,7 +60,11 @@ def test_head_mixing_sends_each_client_its_weighted_head():
 
 def test_mixed_head_is_what_the_client_evaluates_with(tmp_path, tiny_federation):
     trainer = FederatedTrainer(
-        rounds=2, accelerator="cpu", enable_progress_bar=False, logger=False, default_root_dir=str(tmp_path)
+        rounds=2,
+        processes=Processes(accelerator="cpu"),
+        reporting=Reporting(progress_bar=False),
+        logger=False,
+        default_root_dir=str(tmp_path),
     )
     trainer.fit(FedPAC(hidden_dims=[8]), tiny_federation)
     slot, _ = trainer.context.load("b")
@@ -72,7 +77,12 @@ def test_mixed_head_is_what_the_client_evaluates_with(tmp_path, tiny_federation)
 
 def test_resume_gives_the_same_metrics(tmp_path, tiny_federation):
     def trainer(root, rounds):
-        return FederatedTrainer(rounds=rounds, accelerator="cpu", enable_progress_bar=False, default_root_dir=root)
+        return FederatedTrainer(
+            rounds=rounds,
+            processes=Processes(accelerator="cpu"),
+            reporting=Reporting(progress_bar=False),
+            default_root_dir=root,
+        )
 
     full = trainer(str(tmp_path / "full"), 3)
     full.fit(FedPAC(hidden_dims=[8]), tiny_federation)

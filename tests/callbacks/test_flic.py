@@ -10,6 +10,7 @@ from fedhet.core import ClientUpdate, ServerState
 from fedhet.functional import gaussian_barycenter
 from fedhet.modules import FLIC
 from fedhet.plugins import FederatedTrainer
+from fedhet.plugins.options import Checkpointing, Processes, Reporting
 from tests.callbacks.helpers import TRAINER, roundtrip
 
 
@@ -100,10 +101,10 @@ def test_resumed_federation_matches_an_uninterrupted_one(tmp_path, tiny_federati
     def trainer(root, rounds):
         return FederatedTrainer(
             rounds=rounds,
-            accelerator="cpu",
-            enable_progress_bar=False,
+            processes=Processes(accelerator="cpu"),
+            checkpointing=Checkpointing(every=1),
+            reporting=Reporting(progress_bar=False),
             logger=False,
-            checkpoint_every=1,
             default_root_dir=str(root),
         )
 

@@ -10,18 +10,22 @@ from fedhet.cli import main
 from fedhet.modules import FedAvg
 from fedhet.plugins import FederatedTrainer
 from fedhet.plugins.checkpoint import load_checkpoint
+from fedhet.plugins.options import Processes, Reporting
+from tests.trainer_options import trainer_options
 
 FEDAVG = str(Path(__file__).parents[2] / "configs" / "fedavg" / "digits.yaml")
 
 
 def fit(tmp_path, federation, callbacks, rounds=5, **kwargs):
     trainer = FederatedTrainer(
-        rounds=rounds,
-        accelerator="cpu",
-        enable_progress_bar=False,
-        default_root_dir=tmp_path,
-        callbacks=callbacks,
-        **kwargs,
+        **trainer_options(
+            rounds=rounds,
+            processes=Processes(accelerator="cpu"),
+            reporting=Reporting(progress_bar=False),
+            default_root_dir=tmp_path,
+            callbacks=callbacks,
+            **kwargs,
+        )
     )
     trainer.fit(FedAvg(hidden_dims=[8], lr=0.05), federation)
     return trainer
@@ -78,7 +82,7 @@ def test_other_lightning_callbacks_are_refused_by_name(tmp_path, tiny_federation
 def test_model_checkpoint_from_the_command_line(tmp_path, monkeypatch):
     monkeypatch.setattr(sys, "argv", ["fedhet"])
     args = ["fit", "-c", FEDAVG, "--trainer.rounds", "3", "--data.init_args.num_clients", "3"]
-    args += ["--trainer.enable_progress_bar", "false", "--trainer.default_root_dir", str(tmp_path)]
+    args += ["--trainer.reporting.progress_bar", "false", "--trainer.default_root_dir", str(tmp_path)]
     args += ["--trainer.callbacks+=ModelCheckpoint", "--trainer.callbacks.monitor=val/acc_mean"]
     args += ["--trainer.callbacks.mode=max", "--trainer.callbacks.save_top_k=1"]
     main(args)

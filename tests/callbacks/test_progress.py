@@ -6,6 +6,7 @@ from fedhet.callbacks import RichRoundProgress
 from fedhet.callbacks.progress import round_line
 from fedhet.modules import FedAvg
 from fedhet.plugins import FederatedTrainer
+from fedhet.plugins.options import Processes
 
 
 def test_round_line_names_the_round_accuracy_loss_clients_and_time():
@@ -17,9 +18,9 @@ def test_round_line_names_the_round_accuracy_loss_clients_and_time():
 def test_redirected_output_gets_plain_lines(tmp_path, tiny_federation, capsys):
     trainer = FederatedTrainer(
         rounds=2,
-        accelerator="cpu",
+        processes=Processes(accelerator="cpu"),
         default_root_dir=str(tmp_path),
-        callbacks=[RichRoundProgress(heartbeat_s=0.0)],  # a heartbeat after every client
+        callbacks=[RichRoundProgress(heartbeat_s=0.0)],
     )
     trainer.fit(FedAvg(hidden_dims=[8]), tiny_federation)
     lines = capsys.readouterr().out.splitlines()

@@ -15,9 +15,11 @@ CONFIG = """
 trainer:
   rounds: {rounds}
   seed: 3
-  accelerator: cpu
-  enable_progress_bar: false
-  eval_every: {eval_every}
+  processes:
+    accelerator: cpu
+  reporting:
+    progress_bar: false
+    eval_every: {eval_every}
   sampler:
     class_path: fedhet.plugins.UniformSampler
     init_args: {{fraction: 0.7, full_last_round: true}}

@@ -19,8 +19,10 @@ CONFIG = """
 trainer:
   rounds: 6
   seed: 2
-  accelerator: cpu
-  enable_progress_bar: false
+  processes:
+    accelerator: cpu
+  reporting:
+    progress_bar: false
 model:
   class_path: fedhet.modules.FedRep
   init_args: {hidden_dims: [16], head_epochs: 1, dropout: 0.1, lr: 0.1}

@@ -14,14 +14,16 @@ from fedhet.callbacks.dashboard import FederationDashboard, client_rows  # noqa:
 from fedhet.datamodules import HybridFederation, RotatedBlobsDomains  # noqa: E402
 from fedhet.modules import FLIC, FedAvg, FedDaDiL, FedPAC, HyFEM  # noqa: E402
 from fedhet.plugins import FederatedTrainer  # noqa: E402
+from fedhet.plugins.options import Processes, Reporting  # noqa: E402
 from tests.integrations.test_wandb import finished_run_records, history  # noqa: E402
 from tests.integrations.test_wandb import offline_wandb as offline_wandb  # noqa: E402  (a fixture)
+from tests.trainer_options import trainer_options  # noqa: E402
 
 
 def trainer(root, rounds=2, **kwargs):
     kwargs.setdefault("callbacks", [FederationDashboard()])
     kwargs.update(accelerator="cpu", enable_progress_bar=False, default_root_dir=root)
-    return FederatedTrainer(rounds=rounds, **kwargs)
+    return FederatedTrainer(**trainer_options(rounds=rounds, **kwargs))
 
 
 def png(path):
@@ -43,7 +45,11 @@ def test_client_rows_hold_each_clients_metrics(tiny_federation):
 def test_wandb_gets_tables_histograms_figures_and_the_checkpoint(offline_wandb, tmp_path, tiny_federation):
     logger = WandbLogger(save_dir=str(offline_wandb), offline=True, project="fedhet-test")
     run = FederatedTrainer(
-        rounds=2, accelerator="cpu", enable_progress_bar=False, default_root_dir=tmp_path / "run", logger=logger
+        rounds=2,
+        processes=Processes(accelerator="cpu"),
+        reporting=Reporting(progress_bar=False),
+        default_root_dir=tmp_path / "run",
+        logger=logger,
     )  # a WandbLogger brings the dashboard by itself
     run.fit(FedPAC(hidden_dims=[8]), tiny_federation)
     tested = run.test(FedPAC(hidden_dims=[8]), tiny_federation)

@@ -15,6 +15,7 @@ from fedhet.callbacks import FederatedCallback
 from fedhet.datamodules import FederatedDataModule
 from fedhet.modules import FedRep
 from fedhet.plugins import FederatedTrainer
+from fedhet.plugins.options import Processes, Reporting
 from tests.conftest import make_client
 
 
@@ -25,8 +26,9 @@ class DieInRoundOne(FederatedCallback):
 
 
 federation = FederatedDataModule([make_client(c, 24, i) for i, c in enumerate("abcd")])
-trainer = FederatedTrainer(rounds=3, accelerator="cpu", devices=2, enable_progress_bar=False,
-                           default_root_dir=sys.argv[1], callbacks=[DieInRoundOne()], start_method=sys.argv[2])
+processes = Processes(accelerator="cpu", devices=2, start_method=sys.argv[2])
+trainer = FederatedTrainer(rounds=3, processes=processes, reporting=Reporting(progress_bar=False),
+                           default_root_dir=sys.argv[1], callbacks=[DieInRoundOne()])
 trainer.fit(FedRep(hidden_dims=[8]), federation)
 """
 

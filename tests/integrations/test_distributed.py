@@ -14,8 +14,10 @@ CONFIG = """
 trainer:
   rounds: {rounds}
   seed: 3
-  accelerator: cpu
-  enable_progress_bar: false
+  processes:
+    accelerator: cpu
+  reporting:
+    progress_bar: false
   sampler:
     class_path: fedhet.plugins.UniformSampler
     init_args: {{fraction: 0.6, full_last_round: {full_last}}}
@@ -42,7 +44,7 @@ def run_cli(
     config.write_text(CONFIG.format(model=model, rounds=rounds, full_last=str(full_last).lower(), dropout=dropout))
     root = tmp_path / name
     env = {**os.environ, "OMP_NUM_THREADS": "1"}  # same thread count in every process: bitwise-equal float sums
-    cmd = [sys.executable, "-m", "fedhet", "fit", "-c", str(config), "--trainer.devices", str(devices)]
+    cmd = [sys.executable, "-m", "fedhet", "fit", "-c", str(config), "--trainer.processes.devices", str(devices)]
     cmd += ["--trainer.default_root_dir", str(root), *extra]
     subprocess.run(cmd, check=True, env=env, timeout=300, capture_output=True)
     rows = list(csv.DictReader((root / "version_0" / "metrics.csv").open()))
@@ -52,7 +54,7 @@ def run_cli(
 @pytest.mark.parametrize(("model", "start_method"), [("FedAvg", "fork"), ("FedRep", "fork"), ("FedAvg", "popen")])
 def test_two_processes_equal_one(tmp_path, model, start_method):
     one = run_cli(tmp_path, "one", model, rounds=3, devices=1)
-    two = run_cli(tmp_path, "two", model, 3, 2, "--trainer.start_method", start_method)
+    two = run_cli(tmp_path, "two", model, 3, 2, "--trainer.processes.start_method", start_method)
     assert len(one) == 3
     assert two == one
 
@@ -68,7 +70,7 @@ def test_checkpoint_from_two_processes_resumes_on_one(tmp_path):
 def test_stacked_clients_on_two_processes_match_one(tmp_path):
     # each process stacks only its own clients, so a client's padded batch length (and the order of its loss sum) may
     # differ from the 1-process run: equal up to float32 rounding, not bitwise
-    stacked = ("--trainer.stack_clients", "4")
+    stacked = ("--trainer.processes.stack_clients", "4")
     one = run_cli(tmp_path, "one", "FedRep", 3, 1, *stacked, dropout=0.0)
     two = run_cli(tmp_path, "two", "FedRep", 3, 2, *stacked, dropout=0.0)
     assert len(one) == len(two) == 3
@@ -86,13 +88,15 @@ import torch
 from fedhet.datamodules import FederatedDataModule
 from fedhet.modules import FedAvg
 from fedhet.plugins import FederatedTrainer
+from fedhet.plugins.options import Checkpointing, Processes, Reporting
 
 gen = torch.Generator().manual_seed(0)
 x, y = torch.randn(160, 8, generator=gen), torch.randint(0, 3, (160,), generator=gen)
 tensors = {{f"c{{i}}": (x[40 * i : 40 * (i + 1)], y[40 * i : 40 * (i + 1)]) for i in range(4)}}
 data = FederatedDataModule.from_tensors(tensors, num_classes=3, batch_size=16, val_fraction=0.0, test_fraction=0.0)
-trainer = FederatedTrainer(rounds=3, devices=2, accelerator="cpu", logger=False, enable_progress_bar=False,
-                           checkpoint_every=0, default_root_dir={root!r})
+trainer = FederatedTrainer(rounds=3, processes=Processes(devices=2, accelerator="cpu"), logger=False,
+                           reporting=Reporting(progress_bar=False), checkpointing=Checkpointing(every=0),
+                           default_root_dir={root!r})
 trainer.fit(FedAvg(hidden_dims=[8]), data)
 if trainer.is_global_zero:
     print("fitted", trainer.current_round, flush=True)

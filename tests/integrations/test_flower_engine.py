@@ -90,7 +90,7 @@ def test_shipped_method_split_equals_simulation(tmp_path, config, overrides):
     # the server holds no data: evaluations of the server's own model on pooled data (HyFEM's global accuracy) are
     # only in the simulation, and are left out of the comparison
     shipped = str(Path(__file__).parents[2] / "configs" / config)
-    args = ["--trainer.rounds", "2", "--trainer.enable_progress_bar", "false", *overrides]
+    args = ["--trainer.rounds", "2", "--trainer.reporting.progress_bar", "false", *overrides]
     FederatedCLI(args=["fit", "-c", shipped, *args, "--trainer.default_root_dir", str(tmp_path / "sim")])
     trainer, module, datamodule = load_run(shipped, [*args, "--trainer.default_root_dir", str(tmp_path / "remote")])
     datamodule.setup("fit")

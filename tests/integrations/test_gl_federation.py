@@ -12,6 +12,8 @@ from fedhet.datamodules.aligned import AlignedFederation
 from fedhet.datamodules.datasets.heart import GL_SITES, HeartFederation
 from fedhet.modules import GlobalLayers
 from fedhet.plugins import FederatedTrainer
+from fedhet.plugins.options import Checkpointing, Processes, Reporting
+from tests.trainer_options import trainer_options
 
 TINY = {"embed_dim": 4, "num_heads": 2, "num_blocks": 1, "width": 8, "lr": 1e-2}
 CONFIGS = Path(__file__).parents[2] / "configs" / "gl"
@@ -62,15 +64,16 @@ class Recorder(FederatedCallback):
 def fit(model, data, rounds=2, **kwargs):
     recorder = Recorder()
     trainer = FederatedTrainer(
-        rounds=rounds,
-        seed=0,
-        accelerator="cpu",
-        logger=False,
-        enable_progress_bar=False,
-        checkpoint_every=0,
-        eval_every=rounds,
-        callbacks=[recorder],
-        **kwargs,
+        **trainer_options(
+            rounds=rounds,
+            seed=0,
+            processes=Processes(accelerator="cpu"),
+            checkpointing=Checkpointing(every=0),
+            reporting=Reporting(progress_bar=False, eval_every=rounds),
+            logger=False,
+            callbacks=[recorder],
+            **kwargs,
+        )
     )
     trainer.fit(model, data)
     return trainer, recorder
@@ -198,7 +201,7 @@ def test_covertype_configs_run_end_to_end_on_the_fixture(path, tmp_path, monkeyp
     overrides = [arg for key, value in data.items() for arg in (f"--data.init_args.{nested}{key}", value)]
     cli = FederatedCLI(
         args=["fit", "-c", str(path), "--trainer.default_root_dir", str(tmp_path), "--trainer.rounds", "1",
-              "--trainer.enable_progress_bar", "false", *overrides],
+              "--trainer.reporting.progress_bar", "false", *overrides],
     )  # fmt: skip
     metrics = cli.trainer.history[-1]
     num_clients = 1 if "centralised" in path.stem else 4

@@ -31,9 +31,12 @@ CONFIG = """
 trainer:
   rounds: 2
   seed: 3
-  accelerator: cpu
-  enable_progress_bar: false
-  max_client_failures: 0.4
+  processes:
+    accelerator: cpu
+  faults:
+    max_client_failures: 0.4
+  reporting:
+    progress_bar: false
   default_root_dir: {root}
 model:
   class_path: fedhet.modules.FedPAC

@@ -28,7 +28,17 @@ def launch_two_nodes(config: Path, root: Path) -> tuple[list[tuple[int, str]] | 
     rendezvous = ["--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d"]
     rendezvous += ["--rdzv-endpoint", f"127.0.0.1:{free_port()}", "--rdzv-id", "fedhet-test"]
     rendezvous += ["--local-addr", "127.0.0.1"]
-    fit = ["-m", "fedhet", "fit", "-c", str(config), "--trainer.num_nodes", "2", "--trainer.devices", "1"]
+    fit = [
+        "-m",
+        "fedhet",
+        "fit",
+        "-c",
+        str(config),
+        "--trainer.processes.num_nodes",
+        "2",
+        "--trainer.processes.devices",
+        "1",
+    ]
     fit += ["--trainer.default_root_dir", str(root)]
     root.mkdir(parents=True, exist_ok=True)
     logs = [root / f"node{rank}.log" for rank in range(2)]

@@ -10,6 +10,7 @@ from fedhet.callbacks import FederatedCallback
 from fedhet.datamodules import FederatedDataModule
 from fedhet.modules import FedRep
 from fedhet.plugins import FederatedTrainer, UniformSampler
+from fedhet.plugins.options import Checkpointing, Processes, Reporting
 
 pytestmark = pytest.mark.slow
 
@@ -56,12 +57,10 @@ def test_thousand_rounds_hundred_clients_flat_memory(tmp_path):
         rounds=ROUNDS,
         local_steps=1,
         sampler=UniformSampler(fraction=0.1),
-        eval_every=ROUNDS // 2,
-        accelerator="cpu",
+        processes=Processes(accelerator="cpu"),
+        checkpointing=Checkpointing(every=0),
+        reporting=Reporting(eval_every=ROUNDS // 2, progress_bar=False, per_client=False),
         logger=False,
-        enable_progress_bar=False,
-        checkpoint_every=0,
-        log_per_client=False,
         default_root_dir=str(tmp_path),
         callbacks=[probe],
     )

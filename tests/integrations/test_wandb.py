@@ -18,6 +18,7 @@ from wandb.proto import wandb_internal_pb2  # noqa: E402
 from fedhet.cli import FederatedCLI  # noqa: E402
 from fedhet.modules import FedAvg  # noqa: E402
 from fedhet.plugins import FederatedTrainer  # noqa: E402
+from fedhet.plugins.options import Processes, Reporting  # noqa: E402
 from tests.test_cli import FEDAVG, tiny  # noqa: E402
 
 # ------------------------------------------------------------------------------------------ reading a .wandb file
@@ -161,8 +162,8 @@ def test_wandb_logger_gets_every_round(offline_wandb, tmp_path, tiny_federation)
     logger = WandbLogger(save_dir=str(offline_wandb), offline=True, project="fedhet-test")
     trainer = FederatedTrainer(
         rounds=2,
-        accelerator="cpu",
-        enable_progress_bar=False,
+        processes=Processes(accelerator="cpu"),
+        reporting=Reporting(progress_bar=False),
         default_root_dir=str(tmp_path / "run"),
         logger=logger,
     )

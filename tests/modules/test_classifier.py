@@ -10,6 +10,7 @@ from fedhet.core import ClientSpec
 from fedhet.modules import FedAvg, FedBABU, FedPer, FedRep, LocalOnly
 from fedhet.modules.fedpac_nets import FedPACNet
 from fedhet.plugins import FederatedTrainer
+from fedhet.plugins.options import Processes, Reporting
 
 BASELINES = [LocalOnly, FedAvg, FedRep, FedPer, FedBABU]
 IMAGE = ClientSpec("img", (1, 28, 28), 10, num_train=4)
@@ -60,7 +61,11 @@ class CountingFedBABU(FedBABU):
 
 def test_fedbabu_evaluates_after_the_papers_five_finetuning_epochs(tmp_path, tiny_federation):
     trainer = FederatedTrainer(
-        rounds=1, accelerator="cpu", enable_progress_bar=False, logger=False, default_root_dir=str(tmp_path)
+        rounds=1,
+        processes=Processes(accelerator="cpu"),
+        reporting=Reporting(progress_bar=False),
+        logger=False,
+        default_root_dir=str(tmp_path),
     )
     module = CountingFedBABU(hidden_dims=[8])
     trainer.fit(module, tiny_federation)

@@ -12,6 +12,7 @@ from fedhet.datamodules import RotatedBlobsDomains
 from fedhet.modules import FedAvg, FedDaDiL
 from fedhet.plugins import FederatedTrainer
 from tests.conftest import make_client, plain_trainer
+from tests.trainer_options import trainer_options
 
 K, N, D, C = 2, 16, 2, 2
 TARGET = "theta45"
@@ -37,7 +38,9 @@ def dadil(**kwargs):
 
 def fit(tmp_path, model, data, rounds=2, **kwargs):
     settings = {"accelerator": "cpu", "enable_progress_bar": False, "logger": False, "checkpoint_every": 0}
-    trainer = FederatedTrainer(rounds=rounds, default_root_dir=str(tmp_path), **{**settings, **kwargs})
+    trainer = FederatedTrainer(
+        **trainer_options(rounds=rounds, default_root_dir=str(tmp_path), **{**settings, **kwargs})
+    )
     trainer.fit(model, data)
     return trainer
 

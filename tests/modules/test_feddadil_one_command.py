@@ -17,14 +17,14 @@ DATA = {
 def test_step_two_runs_step_one_first_then_reuses_it(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(sys, "argv", ["fedhet"])
     step1 = {
-        "trainer": {"rounds": 2, "enable_progress_bar": False, "default_root_dir": str(tmp_path / "step1")},
+        "trainer": {"rounds": 2, "reporting": {"progress_bar": False}, "default_root_dir": str(tmp_path / "step1")},
         "model": {"class_path": "fedhet.modules.FedAvg", "init_args": {"hidden_dims": [8]}},
         "data": {**DATA, "init_args": {**DATA["init_args"], "include_target": False}},
     }
     (tmp_path / "step1.yaml").write_text(yaml.safe_dump(step1))
     settings = {"num_atoms": 2, "atom_size": 8, "batch_size": 8, "target": "theta45", "barycenter_iters": 3}
     step2 = {
-        "trainer": {"rounds": 1, "enable_progress_bar": False, "default_root_dir": str(tmp_path / "step2")},
+        "trainer": {"rounds": 1, "reporting": {"progress_bar": False}, "default_root_dir": str(tmp_path / "step2")},
         "model": {
             "class_path": "fedhet.modules.FedDaDiL",
             "init_args": {**settings, "hidden_dims": [8], "encoder_config": str(tmp_path / "step1.yaml")},

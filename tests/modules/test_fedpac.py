@@ -16,6 +16,7 @@ from fedhet.functional import class_feature_sums, head_statistics
 from fedhet.modules import FedPAC, FedPACNet
 from fedhet.plugins import FederatedTrainer
 from fedhet.plugins.local_loop import run_local_training
+from fedhet.plugins.options import Checkpointing, Processes, Reporting
 from tests.conftest import make_client, plain_trainer
 
 HEAD_STATS = {"fedpac/head.weight", "fedpac/head.bias"}
@@ -58,10 +59,10 @@ def test_uploads_are_the_body_and_the_declared_statistics(tmp_path, tiny_federat
     module = FedPAC(hidden_dims=[8], feature_alignment=fa, classifier_collaboration=cc)
     trainer = FederatedTrainer(
         rounds=2,
-        accelerator="cpu",
-        enable_progress_bar=False,
+        processes=Processes(accelerator="cpu"),
+        checkpointing=Checkpointing(every=0),
+        reporting=Reporting(progress_bar=False),
         logger=False,
-        checkpoint_every=0,
         callbacks=[spy],
         default_root_dir=str(tmp_path),
     )

@@ -15,8 +15,10 @@ from fedhet.modules import FLIC, FedHeNN, HetFedRep, HetLocal
 from fedhet.modules import flic as flic_module
 from fedhet.plugins import FederatedTrainer
 from fedhet.plugins.local_loop import run_local_training
+from fedhet.plugins.options import Checkpointing, Reporting
 from fedhet.plugins.sampling import UniformSampler
 from tests.conftest import make_client, plain_trainer
+from tests.trainer_options import trainer_options
 
 SMALL = {"latent_dim": 8, "embedding_hidden_dims": [16], "hidden_width": 12, "anchor_std": 3.0}
 SHORT = {**SMALL, "pretrain_epochs": 2}  # FLIC only: its baselines fix pretrain_epochs
@@ -43,12 +45,14 @@ def full_w2(module, client):
 def quiet(tmp_path, rounds=2, **kwargs):
     kwargs.setdefault("accelerator", "cpu")
     return FederatedTrainer(
-        rounds=rounds,
-        enable_progress_bar=False,
-        logger=False,
-        checkpoint_every=0,
-        default_root_dir=str(tmp_path),
-        **kwargs,
+        **trainer_options(
+            rounds=rounds,
+            checkpointing=Checkpointing(every=0),
+            reporting=Reporting(progress_bar=False),
+            logger=False,
+            default_root_dir=str(tmp_path),
+            **kwargs,
+        )
     )
 
 

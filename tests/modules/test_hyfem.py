@@ -13,6 +13,7 @@ from fedhet.functional import project_classifier
 from fedhet.functional.matching import Classifier
 from fedhet.modules import FedProx, HybridBody, HybridLocal, HyFEM
 from fedhet.plugins import FederatedTrainer
+from tests.trainer_options import trainer_options
 
 TABLE = {
     "a": {"blocks": ["v0", "v1"], "classes": [0, 1]},
@@ -30,7 +31,7 @@ def hybrid():
 def trainer(tmp_path, rounds=2, **kwargs):
     settings = {"accelerator": "cpu", "enable_progress_bar": False, "logger": False, "checkpoint_every": 0}
     settings |= {"local_steps": 4}
-    return FederatedTrainer(rounds=rounds, default_root_dir=str(tmp_path), **{**settings, **kwargs})
+    return FederatedTrainer(**trainer_options(rounds=rounds, default_root_dir=str(tmp_path), **{**settings, **kwargs}))
 
 
 def built(spec, **kwargs):

@@ -15,8 +15,10 @@ from fedhet.modules import FedRep
 from fedhet.plugins import FederatedTrainer
 from fedhet.plugins.checkpoint import load_checkpoint
 from fedhet.plugins.client_store import ClientStore, state_bytes
+from fedhet.plugins.options import ClientStates, Processes, Reporting
 from tests.conftest import make_client
 from tests.plugins.test_trainer import _comparable
+from tests.trainer_options import trainer_options
 
 
 def _state(value: float, n: int = 8, optimizer: bool = False) -> ClientState:
@@ -96,10 +98,10 @@ def test_spilling_run_equals_in_memory_run_and_resumes(tmp_path, tiny_federation
     def trainer(root, rounds, budget):
         return FederatedTrainer(
             rounds=rounds,
-            accelerator="cpu",
-            enable_progress_bar=False,
+            processes=Processes(accelerator="cpu"),
+            client_state=ClientStates(budget_mb=budget),
+            reporting=Reporting(progress_bar=False),
             default_root_dir=str(root),
-            client_state_budget_mb=budget,
         )
 
     reference = trainer(tmp_path / "memory", 3, None)
@@ -171,12 +173,14 @@ def test_a_failed_read_names_the_client_and_keeps_its_file(tmp_path, monkeypatch
 
 def _spilling_trainer(root, rounds=2, **kwargs):
     return FederatedTrainer(
-        rounds=rounds,
-        accelerator="cpu",
-        enable_progress_bar=False,
-        default_root_dir=str(root),
-        client_state_budget_mb=0.0,
-        **kwargs,
+        **trainer_options(
+            rounds=rounds,
+            processes=Processes(accelerator="cpu"),
+            client_state=ClientStates(budget_mb=0.0),
+            reporting=Reporting(progress_bar=False),
+            default_root_dir=str(root),
+            **kwargs,
+        )
     )
 
 
@@ -185,7 +189,12 @@ def test_a_client_with_a_long_id_keeps_its_state_and_reaches_the_checkpoint(tmp_
     federation = FederatedDataModule(
         [make_client("a", 40, 0, classes=(0, 1)), make_client(long_id, 32, 1), make_client("c", 48, 2)]
     )
-    reference = FederatedTrainer(rounds=3, accelerator="cpu", enable_progress_bar=False, default_root_dir=str(tmp_path))
+    reference = FederatedTrainer(
+        rounds=3,
+        processes=Processes(accelerator="cpu"),
+        reporting=Reporting(progress_bar=False),
+        default_root_dir=str(tmp_path),
+    )
     reference.fit(FedRep(hidden_dims=[8]), federation)
     spilling = _spilling_trainer(tmp_path / "disk", rounds=3)
     spilling.fit(FedRep(hidden_dims=[8]), federation)
@@ -231,12 +240,13 @@ import sys
 from fedhet.datamodules import FederatedDataModule
 from fedhet.modules import FedRep
 from fedhet.plugins import FederatedTrainer
+from fedhet.plugins.options import ClientStates, Processes, Reporting
 from tests.conftest import make_client
 
 root, keep = sys.argv[1], sys.argv[2] == "keep"
 federation = FederatedDataModule([make_client(c, 24, i) for i, c in enumerate("abcd")])
-trainer = FederatedTrainer(rounds=1, accelerator="cpu", enable_progress_bar=False, default_root_dir=root,
-                           client_state_budget_mb=0.0, keep_client_state=keep)
+trainer = FederatedTrainer(rounds=1, processes=Processes(accelerator="cpu"), reporting=Reporting(progress_bar=False),
+                           default_root_dir=root, client_state=ClientStates(budget_mb=0.0, keep_spilled=keep))
 trainer.fit(FedRep(hidden_dims=[8]), federation)
 folder = trainer.store.spill_dir
 (folder / "notes.txt").write_text("not the store's")

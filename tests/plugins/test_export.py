@@ -10,13 +10,19 @@ import torch
 from fedhet.cli import main
 from fedhet.modules import FedAvg, FedRep
 from fedhet.plugins import FederatedTrainer
+from fedhet.plugins.options import Processes, Reporting
 from tests.conftest import plain_trainer
 
 FEDAVG = str(Path(__file__).parents[2] / "configs" / "fedavg" / "digits.yaml")
 
 
 def fitted(tmp_path, module, federation, rounds=2):
-    trainer = FederatedTrainer(rounds=rounds, accelerator="cpu", enable_progress_bar=False, default_root_dir=tmp_path)
+    trainer = FederatedTrainer(
+        rounds=rounds,
+        processes=Processes(accelerator="cpu"),
+        reporting=Reporting(progress_bar=False),
+        default_root_dir=tmp_path,
+    )
     trainer.fit(module, federation)
     return trainer
 
@@ -57,7 +63,9 @@ def test_exported_client_loads_with_lightning(tmp_path, tiny_federation):
 
 def test_a_module_that_does_not_fit_the_checkpoint_is_refused_in_one_message(tmp_path, tiny_federation):
     fitted(tmp_path, FedRep(hidden_dims=[8]), tiny_federation)
-    tester = FederatedTrainer(accelerator="cpu", enable_progress_bar=False, default_root_dir=tmp_path)
+    tester = FederatedTrainer(
+        processes=Processes(accelerator="cpu"), reporting=Reporting(progress_bar=False), default_root_dir=tmp_path
+    )
     message = r"was written by another run: hyperparameter 'hidden_dims' \[8\] \(checkpoint\) vs \[16\] \(this run\)$"
     with pytest.raises(ValueError, match=message):  # the run fingerprint, before any client is evaluated
         tester.test(FedRep(hidden_dims=[16]), tiny_federation, ckpt_path="last")
@@ -70,7 +78,7 @@ def test_a_module_that_does_not_fit_the_checkpoint_is_refused_in_one_message(tmp
 def test_fedhet_export_writes_every_client_beside_its_run(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(sys, "argv", ["fedhet"])
     args = ["-c", FEDAVG, "--data.init_args.num_clients", "3", "--trainer.rounds", "1"]
-    args += ["--trainer.enable_progress_bar", "false", "--trainer.default_root_dir", str(tmp_path)]
+    args += ["--trainer.reporting.progress_bar", "false", "--trainer.default_root_dir", str(tmp_path)]
     main(["fit", *args])
     main(["export", *args, "--ckpt_path", "last"])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["version_0"]  # no new version: beside the run it exports

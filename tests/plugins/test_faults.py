@@ -11,7 +11,9 @@ from fedhet.datamodules import ClientDataModule, FederatedDataModule
 from fedhet.functional import weighted_mean
 from fedhet.modules import FedRep
 from fedhet.plugins import FederatedTrainer
+from fedhet.plugins.options import Checkpointing, Faults, Processes, Reporting
 from tests.conftest import make_client
+from tests.trainer_options import trainer_options
 
 FAULT_ROUND = 1
 ROUNDS = 3
@@ -119,14 +121,16 @@ def run(tmp_path, kind, loader_fault, **kwargs):
     kwargs.setdefault("client_time_budget_s", 1.0)
     clock = RoundClock()
     trainer = FederatedTrainer(
-        rounds=ROUNDS,
-        accelerator="cpu",
-        enable_progress_bar=False,
-        logger=False,
-        checkpoint_every=0,
-        default_root_dir=str(tmp_path),
-        callbacks=[clock],
-        **kwargs,
+        **trainer_options(
+            rounds=ROUNDS,
+            processes=Processes(accelerator="cpu"),
+            checkpointing=Checkpointing(every=0),
+            reporting=Reporting(progress_bar=False),
+            logger=False,
+            default_root_dir=str(tmp_path),
+            callbacks=[clock],
+            **kwargs,
+        )
     )
     trainer.fit(FaultyFedRep(kind=kind, hidden_dims=[8]), federation(loader_fault))
     return trainer, clock
@@ -181,7 +185,7 @@ def test_without_a_time_budget_a_slow_client_is_waited_for(tmp_path):
 @pytest.mark.parametrize("budget", [0, -1.0])
 def test_time_budget_must_be_positive(tmp_path, budget):
     with pytest.raises(ValueError, match="'client_time_budget_s' must be positive"):
-        FederatedTrainer(client_time_budget_s=budget, default_root_dir=str(tmp_path))
+        FederatedTrainer(faults=Faults(client_time_budget_s=budget), default_root_dir=str(tmp_path))
 
 
 class FailingValClient(ClientDataModule):
@@ -206,9 +210,13 @@ def test_a_client_whose_evaluation_fails_is_left_out_of_that_evaluation_only(tmp
     )
     clients = [make_client("a", 40, 0, classes=(0, 1)), b, make_client("c", 48, 2)]
     trainer = FederatedTrainer(
-        rounds=ROUNDS, accelerator="cpu", enable_progress_bar=False, logger=False, checkpoint_every=0,
+        rounds=ROUNDS,
+        processes=Processes(accelerator="cpu"),
+        checkpointing=Checkpointing(every=0),
+        reporting=Reporting(progress_bar=False),
+        logger=False,
         default_root_dir=str(tmp_path / "eval"),
-    )  # fmt: skip
+    )
     trainer.fit(FedRep(hidden_dims=[8]), FederatedDataModule(clients))
     assert [m["clients/val_failed"] for m in trainer.history] == [0.0, 1.0, 0.0]
     assert "val/acc/b" not in trainer.history[1]

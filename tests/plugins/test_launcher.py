@@ -10,6 +10,7 @@ from lightning.fabric import Fabric
 
 from fedhet.plugins import FederatedTrainer, launcher
 from fedhet.plugins.launcher import ForkedProcess, ForkLauncher, fork_refusal, use_start_method
+from fedhet.plugins.options import Processes
 
 fork_only = pytest.mark.skipif(not hasattr(os, "fork") or not os.path.isdir("/proc/self/task"), reason="Linux only")
 
@@ -76,7 +77,7 @@ def test_one_process_and_popen_keep_lightnings_launcher():
 
 def test_an_unknown_start_method_is_refused_by_name():
     with pytest.raises(ValueError, match="field 'start_method' must be 'auto', 'fork' or 'popen'"):
-        FederatedTrainer(start_method="spawn")
+        FederatedTrainer(processes=Processes(start_method="spawn"))
 
 
 @fork_only

@@ -7,7 +7,9 @@ from fedhet.callbacks import FederatedCallback
 from fedhet.datamodules import FederatedDataModule
 from fedhet.modules import FedRep, GlobalLayers, LocalOnly
 from fedhet.plugins import FederatedTrainer
+from fedhet.plugins.options import ClientStates, Processes, Reporting
 from tests.conftest import make_client
+from tests.trainer_options import trainer_options
 
 
 class InitialState(FederatedCallback):
@@ -23,12 +25,14 @@ class InitialState(FederatedCallback):
 def fit_first_round(tmp_path, module, federation, **kwargs):
     rec = InitialState()
     trainer = FederatedTrainer(
-        rounds=1,
-        accelerator="cpu",
-        enable_progress_bar=False,
-        default_root_dir=str(tmp_path),
-        callbacks=[rec],
-        **kwargs,
+        **trainer_options(
+            rounds=1,
+            processes=Processes(accelerator="cpu"),
+            reporting=Reporting(progress_bar=False),
+            default_root_dir=str(tmp_path),
+            callbacks=[rec],
+            **kwargs,
+        )
     )
     trainer.fit(module, federation)
     return rec.state
@@ -75,4 +79,4 @@ def test_clients_with_different_input_dims_build_and_share_per_architecture(tmp_
 
 def test_unknown_personal_init_is_refused():
     with pytest.raises(ValueError, match="personal_init"):
-        FederatedTrainer(personal_init="random")
+        FederatedTrainer(client_state=ClientStates(personal_init="random"))

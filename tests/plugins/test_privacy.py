@@ -14,19 +14,23 @@ from fedhet.cli import FederatedCLI
 from fedhet.core import TensorSpec, UploadDeclaration
 from fedhet.functional.privacy import clip_by_global_norm, global_l2_norm
 from fedhet.modules import FedAvg, FedPAC, FedRep
-from fedhet.plugins import FederatedTrainer, UniformSampler, UploadPrivacy, WeightedMean
+from fedhet.plugins import FederatedTrainer, PrivateUpdate, UniformSampler, UploadPrivacy
+from fedhet.plugins.options import Processes, Reporting
 from tests.plugins.test_trainer import FailingFedAvg
+from tests.trainer_options import trainer_options
 
 
 def make_trainer(tmp_path, privacy, **kwargs):
     kwargs.setdefault("rounds", 3)
     return FederatedTrainer(
-        accelerator="cpu",
-        enable_progress_bar=False,
-        logger=False,
-        default_root_dir=str(tmp_path),
-        privacy=privacy,
-        **kwargs,
+        **trainer_options(
+            processes=Processes(accelerator="cpu"),
+            reporting=Reporting(progress_bar=False),
+            logger=False,
+            default_root_dir=str(tmp_path),
+            server_update=privacy,
+            **kwargs,
+        )
     )
 
 
@@ -173,20 +177,20 @@ def test_bad_privacy_settings_are_refused(tmp_path):
     ]:
         with pytest.raises(ValueError, match=field):
             UploadPrivacy(**kwargs)
-    with pytest.raises(ValueError, match="'aggregator' must be unset when 'privacy' is set"):
-        make_trainer(tmp_path, UploadPrivacy(1.0, 1.0), aggregator=WeightedMean())
 
 
 def test_privacy_is_configurable_from_yaml(tmp_path, monkeypatch):
     monkeypatch.setattr(sys, "argv", ["fedhet"])
     config = tmp_path / "private.yaml"
     config.write_text(
-        "trainer:\n  privacy:\n    class_path: fedhet.plugins.UploadPrivacy\n"
+        "trainer:\n  server_update:\n    class_path: fedhet.plugins.UploadPrivacy\n"
         "    init_args: {clip_norm: 0.5, noise_multiplier: 1.2, delta: 1.0e-6}\n"
     )
     cli = FederatedCLI(args=["-c", "configs/fedavg/digits.yaml", "-c", str(config)], run=False)
-    privacy = cli.trainer.privacy
-    assert isinstance(privacy, UploadPrivacy)
+    update = cli.trainer.server_update
+    assert isinstance(update, PrivateUpdate)
+    assert update.seed == cli.trainer.seed  # the shorthand takes the run's seed
+    privacy = update.privacy
     assert (privacy.clip_norm, privacy.noise_multiplier, privacy.delta) == (0.5, 1.2, 1e-6)
 
 

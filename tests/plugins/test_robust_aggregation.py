@@ -15,7 +15,8 @@ from fedhet.cli import FederatedCLI, main
 from fedhet.core import ClientUpdate
 from fedhet.datamodules import FederatedDataModule
 from fedhet.modules import FedAvg
-from fedhet.plugins import Aggregator, CoordinateMedian, FederatedTrainer, TrimmedMean, UploadPrivacy, WeightedMean
+from fedhet.plugins import Aggregator, CoordinateMedian, FederatedTrainer, PlainUpdate, TrimmedMean, WeightedMean
+from fedhet.plugins.options import Checkpointing, Processes, Reporting
 from tests.conftest import make_client
 
 HONEST = ("a", "b", "c", "d")
@@ -43,13 +44,13 @@ def run(tmp_path, aggregator: Aggregator, attacked: bool) -> tuple[float, float]
     clients.append(make_client(ATTACKER, 64, 4, classes=(2,)))  # the poisoner trains on one class of its choice
     trainer = FederatedTrainer(
         rounds=10,
-        accelerator="cpu",
+        processes=Processes(accelerator="cpu"),
+        checkpointing=Checkpointing(every=0),
+        reporting=Reporting(progress_bar=False),
         logger=False,
-        enable_progress_bar=False,
-        checkpoint_every=0,
         default_root_dir=str(tmp_path),
         seed=0,
-        aggregator=aggregator,
+        server_update=aggregator,
         callbacks=[ScaleUpload(ATTACKER, 100.0)] if attacked else [],
     )
     trainer.fit(FedAvg(hidden_dims=[8], lr=0.1), FederatedDataModule(clients))
@@ -80,17 +81,12 @@ def test_robust_aggregators_stay_near_the_clean_run(tmp_path, clean, aggregator)
     assert accuracy >= clean_accuracy - 0.1
 
 
-def test_refused_beside_privacy_with_the_reason(tmp_path):
-    with pytest.raises(ValueError, match=r"'aggregator' must be unset .* noise calibrated to that mean"):
-        FederatedTrainer(default_root_dir=str(tmp_path), privacy=UploadPrivacy(1.0, 1.0), aggregator=CoordinateMedian())
-
-
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
         (["-c", str(CONFIGS / "digits_robust.yaml")], TrimmedMean),
         (
-            ["-c", str(CONFIGS / "digits.yaml"), "--trainer.aggregator", "fedhet.plugins.CoordinateMedian"],
+            ["-c", str(CONFIGS / "digits.yaml"), "--trainer.server_update", "fedhet.plugins.CoordinateMedian"],
             CoordinateMedian,
         ),
     ],
@@ -98,12 +94,14 @@ def test_refused_beside_privacy_with_the_reason(tmp_path):
 )
 def test_selected_from_the_config(tmp_path, args, expected):
     cli = FederatedCLI(args=[*args, "--trainer.default_root_dir", str(tmp_path)], run=False)
-    assert type(cli.trainer.aggregator) is expected
-    assert getattr(cli.trainer.aggregator, "beta", 0.2) == 0.2
+    update = cli.trainer.server_update
+    assert isinstance(update, PlainUpdate)  # an aggregator is the shorthand of a plain server update
+    assert type(update.aggregator) is expected
+    assert getattr(update.aggregator, "beta", 0.2) == 0.2
 
 
 def test_a_bad_beta_is_refused_naming_the_field(tmp_path, capsys):
-    args = ["fit", "-c", str(CONFIGS / "digits_robust.yaml"), "--trainer.aggregator.beta", "0.5"]
+    args = ["fit", "-c", str(CONFIGS / "digits_robust.yaml"), "--trainer.server_update.beta", "0.5"]
     with pytest.raises(SystemExit) as exit_info:
         main([*args, "--trainer.default_root_dir", str(tmp_path)])
     assert exit_info.value.code == 2
@@ -114,7 +112,7 @@ def test_a_bad_beta_is_refused_naming_the_field(tmp_path, capsys):
 def test_two_processes_equal_one(tmp_path):
     from tests.integrations.test_distributed import run_cli
 
-    robust = ["--trainer.aggregator", "fedhet.plugins.TrimmedMean", "--trainer.aggregator.beta", "0.25"]
+    robust = ["--trainer.server_update", "fedhet.plugins.TrimmedMean", "--trainer.server_update.beta", "0.25"]
     one = run_cli(tmp_path, "one", "FedAvg", 3, 1, *robust)
     assert len(one) == 3
     assert run_cli(tmp_path, "two", "FedAvg", 3, 2, *robust) == one

@@ -106,7 +106,14 @@ def test_two_processes_export_every_client_and_share_a_refusal(tmp_path):
     run_cli(tmp_path, "run", "FedRep", rounds=1, devices=2)
     root = tmp_path / "run"
     command = [sys.executable, "-m", "fedhet"]
-    options = ["-c", str(tmp_path / "FedRep.yaml"), "--trainer.devices", "2", "--trainer.default_root_dir", str(root)]
+    options = [
+        "-c",
+        str(tmp_path / "FedRep.yaml"),
+        "--trainer.processes.devices",
+        "2",
+        "--trainer.default_root_dir",
+        str(root),
+    ]
     options += ["--ckpt_path", "last"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     subprocess.run([*command, "export", *options], check=True, env=env, timeout=300, capture_output=True)

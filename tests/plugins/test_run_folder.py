@@ -12,14 +12,23 @@ from fedhet.cli import main
 from fedhet.modules import FedAvg, FedRep
 from fedhet.plugins import FederatedTrainer
 from fedhet.plugins.checkpoint import load_checkpoint
+from fedhet.plugins.options import Processes, Reporting
 from fedhet.plugins.run_folder import claim_version, latest_checkpoint, version_of, versions
+from tests.trainer_options import trainer_options
 
 FEDAVG = str(Path(__file__).parents[2] / "configs" / "fedavg" / "digits.yaml")
 
 
 def make_trainer(root, **kwargs):
     kwargs.setdefault("rounds", 2)
-    return FederatedTrainer(default_root_dir=str(root), accelerator="cpu", enable_progress_bar=False, **kwargs)
+    return FederatedTrainer(
+        **trainer_options(
+            default_root_dir=str(root),
+            processes=Processes(accelerator="cpu"),
+            reporting=Reporting(progress_bar=False),
+            **kwargs,
+        )
+    )
 
 
 def rounds_logged(folder):
@@ -98,7 +107,7 @@ def test_testing_before_anything_was_trained_says_so(tmp_path, tiny_federation):
 def test_cli_runs_keep_config_checkpoints_and_logs_together(tmp_path, monkeypatch):
     monkeypatch.setattr(sys, "argv", ["fedhet"])
     args = ["-c", FEDAVG, "--data.init_args.num_clients", "3"]
-    args += ["--trainer.enable_progress_bar", "false", "--trainer.default_root_dir", str(tmp_path)]
+    args += ["--trainer.reporting.progress_bar", "false", "--trainer.default_root_dir", str(tmp_path)]
     main(["fit", *args, "--trainer.rounds", "2"])
     main(["fit", *args, "--trainer.rounds", "1"])
     for version, rounds in ((0, 2), (1, 1)):

@@ -7,6 +7,7 @@ import torch
 from fedhet.core import ClientState, RoundUploads, num_bytes
 from fedhet.modules import FedRep
 from fedhet.plugins import FederatedTrainer
+from fedhet.plugins.options import Processes, Reporting
 from fedhet.plugins.runners import ClientRunner
 
 
@@ -36,7 +37,11 @@ class ElsewhereRunner(ClientRunner):
 
 def trainer(tmp_path, name):
     return FederatedTrainer(
-        rounds=3, accelerator="cpu", logger=False, enable_progress_bar=False, default_root_dir=str(tmp_path / name)
+        rounds=3,
+        processes=Processes(accelerator="cpu"),
+        reporting=Reporting(progress_bar=False),
+        logger=False,
+        default_root_dir=str(tmp_path / name),
     )
 
 

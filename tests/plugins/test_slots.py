@@ -10,6 +10,7 @@ from fedhet.core import ClientSpec
 from fedhet.datamodules import FederatedDataModule
 from fedhet.modules import FedAvg, FedPAC, FedRep, GlobalLayers
 from fedhet.plugins import FederatedTrainer
+from fedhet.plugins.options import Processes, Reporting
 from fedhet.plugins.slots import ModuleSlot
 from tests.conftest import make_client
 
@@ -22,7 +23,11 @@ def built(module, dim=6, classes=3):
 
 def fit(tmp_path, name, model, federation):
     trainer = FederatedTrainer(
-        rounds=3, accelerator="cpu", logger=False, enable_progress_bar=False, default_root_dir=str(tmp_path / name)
+        rounds=3,
+        processes=Processes(accelerator="cpu"),
+        reporting=Reporting(progress_bar=False),
+        logger=False,
+        default_root_dir=str(tmp_path / name),
     )
     trainer.fit(model, copy.deepcopy(federation))
     return trainer

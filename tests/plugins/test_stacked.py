@@ -19,10 +19,12 @@ from fedhet.modules import (
 )
 from fedhet.plugins import FederatedTrainer, UniformSampler
 from fedhet.plugins import stacked as stacked_plugin
+from fedhet.plugins.options import Checkpointing, Faults, Processes, Reporting
 from fedhet.plugins.stacked import ELEMENTWISE_OPTIMIZERS, stacked_optimizer
 from tests.conftest import make_client
 from tests.plugins.test_faults import FAULT_ROUND
 from tests.plugins.test_faults import federation as loader_fault_federation
+from tests.trainer_options import trainer_options
 
 ROUNDS = 3
 # train sizes 12..30 with batch size 8: 2, 3 or 4 steps an epoch, most last batches short
@@ -38,12 +40,14 @@ def federation(sizes=SIZES):
 def fit(tmp_path, model, data=None, **kwargs):
     kwargs.setdefault("rounds", ROUNDS)
     trainer = FederatedTrainer(
-        accelerator="cpu",
-        enable_progress_bar=False,
-        logger=False,
-        checkpoint_every=kwargs.pop("checkpoint_every", 0),
-        default_root_dir=str(tmp_path),
-        **kwargs,
+        **trainer_options(
+            processes=Processes(accelerator="cpu"),
+            checkpointing=Checkpointing(every=kwargs.pop("checkpoint_every", 0)),
+            reporting=Reporting(progress_bar=False),
+            logger=False,
+            default_root_dir=str(tmp_path),
+            **kwargs,
+        )
     )
     trainer.fit(model, data if data is not None else federation())
     return trainer
@@ -333,7 +337,9 @@ REFUSED = {
 def test_modules_that_cannot_stack_are_refused_before_training(tmp_path, case):
     make, reason = REFUSED[case]
     module = make()
-    trainer = FederatedTrainer(accelerator="cpu", enable_progress_bar=False, logger=False, stack_clients=4)
+    trainer = FederatedTrainer(
+        processes=Processes(accelerator="cpu", stack_clients=4), reporting=Reporting(progress_bar=False), logger=False
+    )
     name = type(module).__name__
     with pytest.raises(
         ValueError, match=f"field 'stack_clients' is set, but {name} cannot train clients in stacks: {reason}"
@@ -344,7 +350,9 @@ def test_modules_that_cannot_stack_are_refused_before_training(tmp_path, case):
 
 def test_mixed_precision_is_refused(tmp_path):
     trainer = FederatedTrainer(
-        accelerator="cpu", precision="bf16-mixed", enable_progress_bar=False, logger=False, stack_clients=4
+        processes=Processes(accelerator="cpu", precision="bf16-mixed", stack_clients=4),
+        reporting=Reporting(progress_bar=False),
+        logger=False,
     )
     with pytest.raises(ValueError, match=r"'stack_clients' needs full precision \('32-true'\)"):
         trainer.fit(FedAvg(hidden_dims=[8]), federation())
@@ -352,9 +360,9 @@ def test_mixed_precision_is_refused(tmp_path):
 
 def test_stack_clients_is_validated():
     with pytest.raises(ValueError, match="field 'stack_clients' must be at least 1 or None, got 0"):
-        FederatedTrainer(stack_clients=0)
-    with pytest.raises(ValueError, match="fields 'stack_clients' and 'client_time_budget_s' cannot both be set"):
-        FederatedTrainer(stack_clients=8, client_time_budget_s=1.0)
+        FederatedTrainer(processes=Processes(stack_clients=0))
+    with pytest.raises(ValueError, match=r"a stacked runner .* and a client time budget .* cannot both be set"):
+        FederatedTrainer(processes=Processes(stack_clients=8), faults=Faults(client_time_budget_s=1.0))
 
 
 class NaNClient(ClientDataModule):
@@ -423,9 +431,12 @@ def test_resumed_stacked_run_equals_an_uninterrupted_one(tmp_path):
     full = fit(tmp_path / "full", FedRep(hidden_dims=[8], **ADAM), stack_clients=3)
     fit(tmp_path / "split", FedRep(hidden_dims=[8], **ADAM), stack_clients=3, rounds=2, checkpoint_every=1)
     resumed = FederatedTrainer(
-        rounds=ROUNDS, accelerator="cpu", enable_progress_bar=False, logger=False, stack_clients=3,
+        rounds=ROUNDS,
+        processes=Processes(accelerator="cpu", stack_clients=3),
+        reporting=Reporting(progress_bar=False),
+        logger=False,
         default_root_dir=str(tmp_path / "split"),
-    )  # fmt: skip
+    )
     resumed.fit(FedRep(hidden_dims=[8], **ADAM), federation(), ckpt_path="last")
     assert_same_federation(full, resumed)
     torch.testing.assert_close(resumed.server_state.shared, full.server_state.shared, rtol=0, atol=0)

@@ -7,6 +7,7 @@ from fedhet.callbacks.flic import GLOBAL_MEANS
 from fedhet.datamodules import FederatedDataModule
 from fedhet.modules import FLIC, HetFedRep
 from fedhet.plugins import FederatedTrainer, UniformSampler
+from fedhet.plugins.options import Processes, Reporting
 from tests.conftest import make_client
 from tests.plugins.test_stacked import ROUNDS, SIZES, StackSpy, assert_same_federation, fit
 
@@ -100,7 +101,9 @@ def test_stacked_flic_equals_sequential(tmp_path, monkeypatch, case, close):
     ids=["dropout"],
 )
 def test_flic_options_that_cannot_stack_are_refused(kwargs, reason):
-    trainer = FederatedTrainer(accelerator="cpu", enable_progress_bar=False, logger=False, stack_clients=4)
+    trainer = FederatedTrainer(
+        processes=Processes(accelerator="cpu", stack_clients=4), reporting=Reporting(progress_bar=False), logger=False
+    )
     with pytest.raises(ValueError, match=f"but FLIC cannot train clients in stacks: {reason}"):
         trainer.fit(FLIC(**SMALL, pretrain_epochs=1, **kwargs), two_dimensions())
     assert trainer.history == []

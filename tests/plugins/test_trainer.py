@@ -10,13 +10,14 @@ from fedhet.modules import FedAvg, FedBABU, FedPer, FedRep, LocalOnly
 from fedhet.plugins import FederatedTrainer, UniformSampler
 from fedhet.plugins.checkpoint import load_checkpoint
 from tests.conftest import make_client
+from tests.trainer_options import trainer_options
 
 
 def make_trainer(tmp_path, **kwargs):
     kwargs.setdefault("rounds", 2)
     kwargs.setdefault("accelerator", "cpu")
     kwargs.setdefault("enable_progress_bar", False)
-    return FederatedTrainer(default_root_dir=str(tmp_path), **kwargs)
+    return FederatedTrainer(**trainer_options(default_root_dir=str(tmp_path), **kwargs))
 
 
 class Recorder(FederatedCallback):

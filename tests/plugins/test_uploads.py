@@ -75,7 +75,7 @@ CASES = {
     "FedPer": UploadCase(lambda: FedPer(hidden_dims=[8]), blobs, never=("head.*",)),
     "FedBABU": UploadCase(lambda: FedBABU(hidden_dims=[8]), blobs),  # the untrained head is shared, by design
     "FedAvg-DP": UploadCase(
-        lambda: FedAvg(hidden_dims=[8]), blobs, trainer_kwargs={"privacy": UploadPrivacy(0.1, 1.0)}
+        lambda: FedAvg(hidden_dims=[8]), blobs, trainer_kwargs={"server_update": UploadPrivacy(0.1, 1.0)}
     ),
     "FedPAC": UploadCase(
         lambda: FedPAC(hidden_dims=[8], head_epochs=1), blobs, statistics=FEDPAC_STATISTICS, never=("head.*",)

@@ -13,6 +13,8 @@ from fedhet.callbacks import FederatedCallback
 from fedhet.core import tensors_mismatch
 from fedhet.datamodules import FederatedDataModule
 from fedhet.plugins import ClientUpdate, FederatedTrainer
+from fedhet.plugins.options import Checkpointing, Processes, Reporting
+from tests.trainer_options import trainer_options
 
 
 @dataclass(frozen=True)
@@ -74,14 +76,16 @@ def check_uploads(case: UploadCase, root: str, rounds: int = 2) -> list[ClientUp
     spy = UploadSpy()
     template, federation = case.module(), case.federation()
     trainer = FederatedTrainer(
-        rounds=rounds,
-        accelerator="cpu",
-        logger=False,
-        enable_progress_bar=False,
-        checkpoint_every=0,
-        default_root_dir=root,
-        callbacks=[spy],
-        **case.trainer_kwargs,
+        **trainer_options(
+            rounds=rounds,
+            processes=Processes(accelerator="cpu"),
+            checkpointing=Checkpointing(every=0),
+            reporting=Reporting(progress_bar=False),
+            logger=False,
+            default_root_dir=root,
+            callbacks=[spy],
+            **case.trainer_kwargs,
+        )
     )
     trainer.fit(template, federation)
     specs = federation.specs

@@ -6,7 +6,7 @@ A round's uploads pass three kinds of policy:
   an upload that is not what the server expects of the client (:class:`~fedhet.core.ExpectedUpload`: the shared
   parameters' names, shapes and dtypes, the method's declared statistics, a sample count within the client's),
   :class:`FiniteUpload` rejects NaN/Inf losses and tensors, :class:`TimeBudget` rejects stragglers
-  (``client_time_budget_s``).
+  (``faults.client_time_budget_s``). A trainer's ``upload_checks`` adds the user's own.
 * :class:`FailureBudget` — per round, once the uploads are gathered: may the run go on with the clients that failed?
 * :class:`ServerUpdate` — per round: turn the admitted uploads into new shared parameters. :class:`PlainUpdate` folds
   them with an :class:`~fedhet.plugins.aggregators.Aggregator`; :class:`PrivateUpdate` clips and noises them
@@ -83,7 +83,7 @@ class TimeBudget:
     """Rejects a straggler: a client whose loading, training and upload took more than ``seconds`` of wall time.
 
     Args:
-        budget_s: the trainer's ``client_time_budget_s``.
+        budget_s: the most seconds a client's local work may take (``faults.client_time_budget_s``).
 
     """
 
@@ -101,22 +101,11 @@ class TimeBudget:
         )
 
 
-def upload_checks(client_time_budget_s: float | None) -> list[UploadCheck]:
-    """The checks of a trainer after :class:`DeclaredUpload` (which the client context adds first).
-
-    Finite uploads always, the time budget when one is set.
-    """
-    checks: list[UploadCheck] = [FiniteUpload()]
-    if client_time_budget_s is not None:
-        checks.append(TimeBudget(client_time_budget_s))
-    return checks
-
-
 class FailureBudget:
     """Names each failed client in the log and stops the run when too many of a round's clients failed.
 
     Args:
-        max_fraction: the trainer's ``max_client_failures``, the fraction of the sampled clients that may fail.
+        max_fraction: the trainer's ``faults.max_client_failures``, the fraction of the sampled clients that may fail.
 
     """
 
@@ -205,20 +194,26 @@ class PrivateUpdate:
     """Client-level differential privacy: clipped updates, noise seeded by (seed, round[, client]), an accountant.
 
     Args:
-        privacy: the trainer's :class:`~fedhet.plugins.privacy.UploadPrivacy`.
-        seed: the run's seed.
+        privacy: the clipping, noise and accounting (:class:`~fedhet.plugins.privacy.UploadPrivacy`).
+        seed: the seed of the noise; ``None``: the run's (``FederatedTrainer`` fills it in).
 
     """
 
-    def __init__(self, privacy: UploadPrivacy, seed: int) -> None:
+    def __init__(self, privacy: UploadPrivacy, seed: int | None = None) -> None:
         self.privacy = privacy
         self.seed = seed
+
+    @property
+    def _seed(self) -> int:
+        if self.seed is None:
+            raise RuntimeError("PrivateUpdate: no seed; the trainer gives it the run's")
+        return self.seed
 
     def prepare(self, updates: list[ClientUpdate], shared: Mapping[str, Tensor], round_idx: int) -> list[ClientUpdate]:
         """What private clients send: clipped updates and noised statistics, each client's noise its own."""
         private = []
         for update in updates:
-            generator = torch.Generator().manual_seed(derive_seed(self.seed, "privacy", round_idx, update.client_id))
+            generator = torch.Generator().manual_seed(derive_seed(self._seed, "privacy", round_idx, update.client_id))
             private.append(self.privacy.privatize(update, shared, generator))
         return private
 
@@ -226,7 +221,7 @@ class PrivateUpdate:
         self, updates: Sequence[ClientUpdate], shared: Mapping[str, Tensor], num_sampled: int, round_idx: int
     ) -> dict[str, Tensor]:
         """The private aggregate: uniform mean over the sampled clients plus the round's Gaussian noise."""
-        generator = torch.Generator().manual_seed(derive_seed(self.seed, "privacy", round_idx))
+        generator = torch.Generator().manual_seed(derive_seed(self._seed, "privacy", round_idx))
         return self.privacy.aggregate(updates, shared, num_sampled, generator)
 
     def metrics(self, sample_rate: float) -> dict[str, float]:

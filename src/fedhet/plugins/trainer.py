@@ -6,7 +6,7 @@ import functools
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal, TypeVar, cast
+from typing import Any, TypeVar, cast
 
 from lightning.fabric import Fabric
 from lightning.fabric.loggers.logger import Logger
@@ -21,7 +21,6 @@ from fedhet.core import (
     ServerState,
 )
 from fedhet.plugins.aggregators import Aggregator
-from fedhet.plugins.arguments import check_trainer_arguments
 from fedhet.plugins.callback_setup import federation_callbacks, user_loggers
 from fedhet.plugins.callback_state import callback_states, load_callback_states
 from fedhet.plugins.checkpoint import (
@@ -45,11 +44,13 @@ from fedhet.plugins.export import export_clients, save_lightning_checkpoint, wri
 from fedhet.plugins.fingerprint import fingerprint_differences
 from fedhet.plugins.heap import retain_freed_memory
 from fedhet.plugins.hooks import CallbackHooks
-from fedhet.plugins.launcher import StartMethod, use_start_method
-from fedhet.plugins.policies import FailureBudget, PlainUpdate, PrivateUpdate, ServerUpdate, upload_checks
+from fedhet.plugins.launcher import use_start_method
+from fedhet.plugins.options import Checkpointing, ClientStates, Faults, Processes, Reporting
+from fedhet.plugins.policies import FailureBudget, PlainUpdate, PrivateUpdate, ServerUpdate, UploadCheck
+from fedhet.plugins.policy_setup import resolve_policies
 from fedhet.plugins.privacy import UploadPrivacy
 from fedhet.plugins.run_folder import RunCSVLogger, RunFolder, RunFolderHeldError, version_of
-from fedhet.plugins.runners import ClientRunner, SequentialRunner
+from fedhet.plugins.runners import ClientRunner
 from fedhet.plugins.sampling import ClientSampler, FullParticipation
 from fedhet.plugins.server_step import check_server_state, run_server_hook
 from fedhet.plugins.stacked import StackedRunner, check_stacking
@@ -92,39 +93,25 @@ class FederatedTrainer:
     the keyword arguments it names (as with ``Fabric.call``); each client's pair fires inside the round's training, in
     client order, as the client runner documents (:mod:`fedhet.plugins.runners`).
 
-    The trainer composes its parts: a client runner (:class:`~fedhet.plugins.runners.SequentialRunner`, or
-    :class:`~fedhet.plugins.stacked.StackedRunner` with ``stack_clients``) trains this process's clients through a
-    :class:`~fedhet.plugins.context.ClientContext`; upload checks (:mod:`fedhet.plugins.policies`: finite uploads,
-    the time budget) admit or reject each upload; a failure budget decides whether a round may go on; a server update
-    (plain aggregation, or differential privacy) turns the admitted uploads into new shared parameters. The run's
-    folder (:class:`~fedhet.plugins.run_folder.RunFolder`), its callbacks (:mod:`~fedhet.plugins.callback_setup`),
-    byte counts (:class:`~fedhet.plugins.comm.CommTotals`), checkpoints (:mod:`~fedhet.plugins.checkpoint`,
-    :mod:`~fedhet.plugins.callback_state`, :mod:`~fedhet.plugins.fingerprint`), round metrics
-    (:mod:`~fedhet.plugins.summaries`) and client export (:mod:`~fedhet.plugins.export`) are components of their own.
+    The trainer composes policy objects (:mod:`fedhet.plugins.policy_setup`): a client runner
+    (:class:`~fedhet.plugins.runners.SequentialRunner`, or :class:`~fedhet.plugins.stacked.StackedRunner`) trains this
+    process's clients through a :class:`~fedhet.plugins.context.ClientContext`; upload checks
+    (:mod:`fedhet.plugins.policies`: what the client declared, finite uploads, the user's, a time budget) admit or
+    reject each upload; a failure budget decides whether a round may go on; a server update (plain aggregation, or
+    differential privacy) turns the admitted uploads into new shared parameters. Its other options come in groups
+    (:mod:`fedhet.plugins.options`). The run's folder (:class:`~fedhet.plugins.run_folder.RunFolder`), its callbacks
+    (:mod:`~fedhet.plugins.callback_setup`), byte counts (:class:`~fedhet.plugins.comm.CommTotals`), checkpoints
+    (:mod:`~fedhet.plugins.checkpoint`, :mod:`~fedhet.plugins.callback_state`, :mod:`~fedhet.plugins.fingerprint`),
+    round metrics (:mod:`~fedhet.plugins.summaries`) and client export (:mod:`~fedhet.plugins.export`) are components
+    of their own.
 
     Args:
         rounds: communication rounds.
         local_epochs: local epochs per round (of each local phase that does not set its own length).
         local_steps: if set, local optimizer steps per round instead of epochs.
+        seed: every random draw of the run (client initialisation, sampling, shuffling, dropout, privacy noise)
+            derives from it.
         sampler: which clients take part in a round; every client by default.
-        aggregator: how shared parameters are combined; the module's ``configure_aggregator()`` by default.
-        eval_every: evaluate every this many rounds (and always after the last).
-        accelerator: Fabric accelerator (``"cpu"``, ``"gpu"``, ``"auto"``...).
-        strategy: Fabric strategy used to launch processes and gather uploads (``"auto"``, ``"ddp"``); client
-            modules are never wrapped for gradient synchronisation.
-        devices: processes (CPU) or GPUs that share the clients.
-        num_nodes: machines, for multi-node runs launched by ``fabric run``, torchrun or SLURM.
-        start_method: how ``fit`` starts the other processes of this machine (:mod:`fedhet.plugins.launcher`):
-            ``"fork"`` forks them from this one (no second interpreter start-up, imports, config or data; refused
-            with the reason where it is not safe: CPU runs on Linux, no other thread, or one compute thread per
-            process), ``"popen"`` runs the command again for each (Lightning's launcher), ``"auto"`` forks when that
-            is safe, else runs the command again.
-        precision: Fabric precision (``"32-true"``, ``"bf16-mixed"``...).
-        seed: every random draw of the run (client initialisation, sampling, shuffling, dropout) derives from it.
-        personal_init: how clients' personal layers (heads, input layers...) start. ``"shared"`` (default, as the
-            papers and their reference code do with one random seed): one initialisation per client architecture, the
-            same draw that initialises the shared layers, so clients whose layers have the same names and shapes start
-            identical. ``"per_client"``: each client's personal layers drawn from its own seed (seed, client id).
         default_root_dir: the folder of the runs: each run (``fit`` from scratch, ``validate``, ``test``) writes its
             config, CSV logs, checkpoints, spilled client states and plots into its own new ``version_N`` folder
             there (:mod:`fedhet.plugins.run_folder`); a resumed ``fit`` goes on in its checkpoint's folder and
@@ -134,40 +121,32 @@ class FederatedTrainer:
         callbacks: federation callbacks (merged with the module's ``configure_callbacks()``); Lightning's
             ``ModelCheckpoint`` and ``EarlyStopping`` act at round granularity
             (:mod:`fedhet.callbacks.lightning_adapters`), any other Lightning callback is refused.
-        checkpoint_every: save ``version_N/checkpoints/last.ckpt`` every this many rounds (0: never).
-        enable_progress_bar: show a ``rich`` progress display (only on rank 0 and in a terminal).
-        log_per_client: also log each client's evaluation metrics.
-        max_client_failures: the fraction of a round's clients that may fail (raise, upload NaN/Inf, or straggle past
-            ``client_time_budget_s``) before the run stops; failed clients are left out of that round's aggregate,
-            named in the log and counted in ``clients/failed``.
-        client_time_budget_s: seconds of wall time a client's local work (loading its state, training, building its
-            upload) may take; a slower client (a straggler) is left out of that round's aggregate, keeps its previous
-            state and is counted in ``clients/failed`` and ``clients/stragglers``. ``None``: no limit. Wall time
-            depends on the machine, so a run that drops stragglers is only reproducible where the same clients
-            straggle.
-        client_state_budget_mb: keep at most this many MiB of clients' personal state (and kept optimizer state) in
-            memory per process; the least recently trained clients' states spill to a folder of this run's own,
-            ``version_N/client_state/<run>-rank<r>/``, locked while the run uses it, and are read back when those
-            clients next take part. The folder is deleted when the trainer is done with it (garbage collected, or at
-            exit) unless ``keep_client_state``; no other run's folder is touched. ``None`` keeps every state in memory.
-        privacy: client-level differential privacy of the uploads (:class:`~fedhet.plugins.UploadPrivacy`): clipped
-            updates, Gaussian noise on the aggregate of the shared parameters (uniform over clients, so ``aggregator``
-            must be left unset) and on the chosen statistics, and ``privacy/epsilon`` logged every round.
-        stack_clients: train the round's clients (those of this process) in stacks of up to this many at once, with
-            ``torch.func`` (:mod:`fedhet.plugins.stacked`): much less Python time per client for small models, the
-            same results as one by one up to floating-point summation order. A stack holds clients of one architecture
-            that take the same number of steps; each fires ``on_client_fit_start`` before its stack trains and
-            ``on_client_fit_end`` after. Needs a :class:`~fedhet.core.StackableModule` (Local, FedAvg, FedPer, FedRep,
-            FedBABU, FedProx, FedPAC, HyFEM, Global Layers...), an element-wise optimizer, full precision and no
-            ``client_time_budget_s``; ``fit`` refuses other runs with an error naming the reason. ``None``: one client
-            at a time.
-        keep_client_state: leave the spilled client states on disk after the run (for inspection); the checkpoint
-            holds every state either way.
-        retain_cpu_heap: on a CPU run with glibc, keep freed memory in each process's heap for reuse
-            (:func:`~fedhet.plugins.heap.retain_freed_memory`, process-wide, from the start of ``fit``): a step's
-            large tensors then reuse pages instead of faulting in new ones (15% of a CNN round's time on a CPU in
-            one fresh fit, more in a process that ran other fits before). The process keeps up to 128 MiB of freed
-            memory it would have returned. ``False`` leaves ``malloc`` as it is.
+        upload_checks: checks of the user's (:class:`~fedhet.plugins.policies.UploadCheck`) that every upload passes
+            to join the round's aggregate, after the trainer's own: the client's declaration
+            (:class:`~fedhet.plugins.policies.DeclaredUpload`) and finite values
+            (:class:`~fedhet.plugins.policies.FiniteUpload`).
+        server_update: how the admitted uploads become new shared parameters
+            (:class:`~fedhet.plugins.policies.ServerUpdate`): an
+            :class:`~fedhet.plugins.aggregators.Aggregator` (folded plainly, e.g. ``CoordinateMedian``), an
+            :class:`~fedhet.plugins.privacy.UploadPrivacy` (client-level differential privacy: clipped updates,
+            Gaussian noise on the uniform mean of the shared parameters and on the chosen statistics,
+            ``privacy/epsilon`` logged every round), or a policy object. ``None``: the module's
+            ``configure_aggregator()`` (a weighted mean by default).
+        runner: how this process's clients train (:class:`~fedhet.plugins.runners.ClientRunner`): one at a time
+            (``SequentialRunner``, the default), or in stacks with ``torch.func``
+            (:class:`~fedhet.plugins.stacked.StackedRunner`: much less Python time per client for small models, the
+            same results up to floating-point summation order; ``fit`` refuses a module or an optimizer it cannot
+            stack, naming the reason).
+        processes: accelerator, devices, nodes, how processes start, precision, stacking
+            (:class:`~fedhet.plugins.options.Processes`). With ``devices=N`` the sampled clients are spread over N
+            processes and the uploads are gathered and aggregated in client order, so results do not depend on N.
+        checkpointing: when the federation is saved (:class:`~fedhet.plugins.options.Checkpointing`).
+        faults: how many failing clients a round survives, and the stragglers' time budget
+            (:class:`~fedhet.plugins.options.Faults`).
+        client_state: how personal layers start and how much client state stays in memory
+            (:class:`~fedhet.plugins.options.ClientStates`).
+        reporting: how often clients are evaluated, per-client metrics, the progress display
+            (:class:`~fedhet.plugins.options.Reporting`).
 
     """
 
@@ -176,76 +155,42 @@ class FederatedTrainer:
         rounds: int = 10,
         local_epochs: int = 1,
         local_steps: int | None = None,
-        sampler: ClientSampler | None = None,
-        aggregator: Aggregator | None = None,
-        eval_every: int = 1,
-        accelerator: str = "auto",
-        strategy: str = "auto",
-        devices: int | str = 1,
-        num_nodes: int = 1,
-        start_method: StartMethod = "auto",
-        precision: str | None = None,
         seed: int = 0,
-        personal_init: Literal["shared", "per_client"] = "shared",
+        sampler: ClientSampler | None = None,
         default_root_dir: str = "fedhet_runs",
         logger: Logger | Iterable[Logger] | bool = True,
         callbacks: list[Callback] | None = None,
-        checkpoint_every: int = 1,
-        enable_progress_bar: bool = True,
-        log_per_client: bool = True,
-        max_client_failures: float = 0.5,
-        client_state_budget_mb: float | None = None,
-        client_time_budget_s: float | None = None,
-        privacy: UploadPrivacy | None = None,
-        stack_clients: int | None = None,
-        keep_client_state: bool = False,
-        retain_cpu_heap: bool = True,
+        upload_checks: list[UploadCheck] | None = None,
+        server_update: Aggregator | UploadPrivacy | ServerUpdate | None = None,
+        runner: ClientRunner | None = None,
+        processes: Processes = Processes(),
+        checkpointing: Checkpointing = Checkpointing(),
+        faults: Faults = Faults(),
+        client_state: ClientStates = ClientStates(),
+        reporting: Reporting = Reporting(),
     ) -> None:
-        check_trainer_arguments(
-            rounds,
-            local_epochs,
-            local_steps,
-            eval_every,
-            checkpoint_every,
-            personal_init,
-            max_client_failures,
-            client_state_budget_mb,
-            client_time_budget_s,
-            stack_clients,
-            privacy,
-            aggregator,
-            start_method,
-        )
+        for name, value in (("rounds", rounds), ("local_epochs", local_epochs)):
+            if value < 1:
+                raise ValueError(f"FederatedTrainer: field '{name}' must be at least 1, got {value}")
+        if local_steps is not None and local_steps < 1:
+            raise ValueError(f"FederatedTrainer: field 'local_steps' must be at least 1, got {local_steps}")
+        policies = resolve_policies(upload_checks, server_update, runner, processes, faults, seed)
         self.rounds = rounds
         self.local_epochs = local_epochs
         self.local_steps = local_steps
-        self.sampler = sampler or FullParticipation()
-        self.aggregator = aggregator
-        self.eval_every = eval_every
         self.seed = seed
-        self.personal_init = personal_init
+        self.sampler = sampler or FullParticipation()
         self.default_root_dir = Path(default_root_dir)
         self.run = RunFolder(self.default_root_dir)
-        self.checkpoint_every = checkpoint_every
-        self.enable_progress_bar = enable_progress_bar
-        self.log_per_client = log_per_client
-        self.max_client_failures = max_client_failures
-        self.client_state_budget_mb = client_state_budget_mb
-        self.client_time_budget_s = client_time_budget_s
-        self.privacy = privacy
-        self.stack_clients = stack_clients
-        self.keep_client_state = keep_client_state
-        self.retain_cpu_heap = retain_cpu_heap
-        self.start_method = start_method
-        self.runner: ClientRunner = StackedRunner(stack_clients) if stack_clients is not None else SequentialRunner()
-        self._failure_budget = FailureBudget(max_client_failures)
-        self._fabric_kwargs: dict[str, Any] = {
-            "accelerator": accelerator,
-            "strategy": strategy,
-            "devices": devices,
-            "num_nodes": num_nodes,
-            "precision": precision,
-        }
+        self.upload_checks = policies.upload_checks
+        self.server_update = policies.server_update
+        self.runner = policies.runner
+        self.processes = processes
+        self.checkpointing = checkpointing
+        self.faults = faults
+        self.client_state = client_state
+        self.reporting = reporting
+        self._failure_budget = FailureBudget(faults.max_client_failures)
         self._default_logger = logger is True
         self.loggers: list[Logger] = user_loggers(logger)
         self.user_callbacks: list[Any] = list(callbacks or [])
@@ -278,9 +223,11 @@ class FederatedTrainer:
             state = self._resumable(path)
         self._prepare(model, datamodule, "fit")
         if state is not None and path is not None:
-            self._restore(state, path, replay_logs=self._default_logger, private=self.privacy is not None)
+            self._restore(
+                state, path, replay_logs=self._default_logger, private=isinstance(self._server_update, PrivateUpdate)
+            )
             check_resumed_rounds(state, self.rounds, self.sampler, path)
-        if self.stack_clients is not None:  # on one module per client architecture, before any training
+        if isinstance(self.runner, StackedRunner):  # on one module per client architecture, before any training
             check_stacking(self._fabric, [self.context.slot(cid).module for cid in self.context.architectures()])
         self._log_run_config(model)
         fabric = self._fabric
@@ -293,9 +240,8 @@ class FederatedTrainer:
             fabric.log_dict(metrics, step=round_idx)
             self.current_round = round_idx + 1
             self._hooks("on_round_end", round_idx=round_idx, metrics=metrics)
-            if self.checkpoint_every and (
-                self.current_round % self.checkpoint_every == 0 or self.current_round == self.rounds or self.should_stop
-            ):
+            every = self.checkpointing.every
+            if every and (self.current_round % every == 0 or self.current_round == self.rounds or self.should_stop):
                 self.save_checkpoint(self.run.checkpoints / "last.ckpt")
             if self.should_stop:  # set by a callback (EarlyStopping) in on_round_end
                 break
@@ -445,13 +391,22 @@ class FederatedTrainer:
             return
         if self._default_logger and not self.loggers:
             self.loggers = [RunCSVLogger(self.run)]
-        check_multi_node_launch(int(self._fabric_kwargs["num_nodes"]))
-        callbacks = federation_callbacks(self.user_callbacks, model, self.loggers, self.enable_progress_bar)
+        check_multi_node_launch(self.processes.num_nodes)
+        callbacks = federation_callbacks(self.user_callbacks, model, self.loggers, self.reporting.progress_bar)
         self._hooks = CallbackHooks(callbacks, trainer=self)
-        self.fabric = Fabric(**self._fabric_kwargs, loggers=self.loggers, callbacks=callbacks)
-        use_start_method(self.fabric, self.start_method)
+        processes = self.processes
+        self.fabric = Fabric(
+            accelerator=processes.accelerator,
+            strategy=processes.strategy,
+            devices=processes.devices,
+            num_nodes=processes.num_nodes,
+            precision=processes.precision,  # type: ignore[arg-type]
+            loggers=self.loggers,
+            callbacks=callbacks,
+        )
+        use_start_method(self.fabric, processes.start_method)
         self.fabric.launch()
-        if self.retain_cpu_heap and self.fabric.device.type == "cpu":
+        if processes.retain_cpu_heap and self.fabric.device.type == "cpu":
             retain_freed_memory()
         if self.fabric.world_size > 1:
             destroy_process_group_at_exit()
@@ -509,19 +464,15 @@ class FederatedTrainer:
             self.local_epochs,
             self.local_steps,
             self._hooks,
-            upload_checks(self.client_time_budget_s),
+            self.upload_checks,
             server_state=lambda: self.server_state,
             store=lambda: self._store,
-            personal_init=self.personal_init,
+            personal_init=self.client_state.personal_init,
         )
         self._client_ids = list(self._context.client_ids)
         self._index = {cid: i for i, cid in enumerate(self._client_ids)}
         self.sampler.validate(len(self._client_ids))
-        self._server_update: ServerUpdate = (
-            PrivateUpdate(self.privacy, self.seed)
-            if self.privacy is not None
-            else PlainUpdate(self.aggregator or module.configure_aggregator())
-        )
+        self._server_update: ServerUpdate = self.server_update or PlainUpdate(module.configure_aggregator())
         if not self._has_state:
             self._init_server()
 
@@ -534,10 +485,11 @@ class FederatedTrainer:
     def _new_store(self) -> ClientStore:
         """An empty client state store, spilling to this run and process's own folder past the memory budget."""
         self._store.close()  # releases the folder of the store it replaces
-        if self.client_state_budget_mb is None:  # all in memory: no folder needed (a trainer may bind none)
+        budget_mb = self.client_state.budget_mb
+        if budget_mb is None:  # all in memory: no folder needed (a trainer may bind none)
             return ClientStore()
         spill_dir = self.run.spill_dir(self._fabric.global_rank)
-        return ClientStore.with_budget(self.client_state_budget_mb, spill_dir, self.keep_client_state)
+        return ClientStore.with_budget(budget_mb, spill_dir, self.client_state.keep_spilled)
 
     def owns(self, client_id: str) -> bool:
         """Whether this process trains and keeps the state of ``client_id``."""
@@ -585,7 +537,7 @@ class FederatedTrainer:
         comm = self.comm.add(up=sum(u.num_bytes for u in updates), down=bytes_down)
         metrics = training_metrics(round_idx, updates, failures, comm)
         metrics.update(self._server_update.metrics(sample_rate=len(sampled) / len(self._client_ids)))
-        if (round_idx + 1) % self.eval_every == 0 or round_idx == self.rounds - 1:
+        if (round_idx + 1) % self.reporting.eval_every == 0 or round_idx == self.rounds - 1:
             mark = time.perf_counter()
             metrics.update(self._evaluate("val", round_idx))
             spans["time/eval_s"] = time.perf_counter() - mark
@@ -603,7 +555,7 @@ class FederatedTrainer:
         owned = [cid for cid in self._client_ids if self.owns(cid)]
         evaluations, failed = self.runner.evaluate(self.context, owned, stage, round_idx)
         gathered = gather_objects(self._fabric, (evaluations, failed))
-        metrics = evaluation_metrics(gathered, stage, self.log_per_client)
+        metrics = evaluation_metrics(gathered, stage, self.reporting.per_client)
         if not metrics:
             return {}
         self._hooks("on_evaluation_end", stage=stage, round_idx=round_idx, metrics=metrics)

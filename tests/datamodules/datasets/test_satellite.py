@@ -10,6 +10,8 @@ from fedhet.datamodules.datasets import BANDS, load_satellite
 from fedhet.datamodules.datasets.satellite import CLASSES, band_columns, load_satellite_table
 from fedhet.modules import FLIC, HyFEM
 from fedhet.plugins import FederatedTrainer
+from fedhet.plugins.options import Checkpointing, Processes, Reporting
+from tests.trainer_options import trainer_options
 
 
 def _header():
@@ -107,13 +109,15 @@ def test_hybrid_federation_takes_the_bands_as_blocks():
 
 def _trainer(tmp_path, name, **kwargs):
     return FederatedTrainer(
-        seed=0,
-        accelerator="cpu",
-        logger=False,
-        enable_progress_bar=False,
-        checkpoint_every=0,
-        default_root_dir=str(tmp_path / name),
-        **kwargs,
+        **trainer_options(
+            seed=0,
+            processes=Processes(accelerator="cpu"),
+            checkpointing=Checkpointing(every=0),
+            reporting=Reporting(progress_bar=False),
+            logger=False,
+            default_root_dir=str(tmp_path / name),
+            **kwargs,
+        )
     )
 
 

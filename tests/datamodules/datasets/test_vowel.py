@@ -6,6 +6,7 @@ from fedhet.datamodules import VowelFederation
 from fedhet.datamodules.datasets import VOWELS, load_vowel
 from fedhet.modules import FedAvg, LocalOnly
 from fedhet.plugins import FederatedTrainer
+from fedhet.plugins.options import Checkpointing, Processes, Reporting
 
 
 @pytest.fixture(scope="module")
@@ -103,10 +104,10 @@ def test_federated_loop_learns_vowels_on_three_speakers(tmp_path):
             rounds=8,
             local_epochs=5,
             seed=0,
-            accelerator="cpu",
+            processes=Processes(accelerator="cpu"),
+            checkpointing=Checkpointing(every=0),
+            reporting=Reporting(progress_bar=False),
             logger=False,
-            enable_progress_bar=False,
-            checkpoint_every=0,
             default_root_dir=str(tmp_path / type(module).__name__),
         )
         data = VowelFederation(speakers=[0, 5, 10], seed=0)

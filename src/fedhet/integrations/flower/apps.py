@@ -71,7 +71,14 @@ REPLY_TIMEOUT_S = 600.0
 MAX_MESSAGE_MB = 512.0
 
 #: Overrides of every client's trainer: it logs, checkpoints and shows nothing (the server does).
-CLIENT_ARGS = ("--trainer.logger", "false", "--trainer.enable_progress_bar", "false", "--trainer.checkpoint_every", "0")
+CLIENT_ARGS = (
+    "--trainer.logger",
+    "false",
+    "--trainer.reporting.progress_bar",
+    "false",
+    "--trainer.checkpointing.every",
+    "0",
+)
 
 
 def _run_config(context: Context, key: str, default: Any) -> Any:
