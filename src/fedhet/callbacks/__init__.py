@@ -3,8 +3,9 @@
 One file per method's server work, owning that method's wire names and upload declaration: :mod:`~.flic`
 (:class:`AnchorUpdate`), :mod:`~.fedpac` (:class:`CentroidSync` then :class:`HeadMixing`), :mod:`~.hyfem`
 (:class:`ModelMatching`), :mod:`~.feddadil` (:class:`DictionaryAveraging`), :mod:`~.fedhenn` (:class:`KernelSync`);
-Global Layers' :class:`BatchAlignment`; observers beside them (progress, dashboard, Lightning adapters). Each is a
-thin adapter from the engine's round hooks to the maths in ``fedhet.functional``.
+Global Layers' :class:`BatchAlignment`; observers beside them (progress, dashboard, Lightning adapters, and
+:class:`OptunaPruning` for hyperparameter tuning). Each is a thin adapter from the engine's round hooks to the maths
+in ``fedhet.functional``.
 """
 
 from fedhet.callbacks.base import FederatedCallback
@@ -16,6 +17,7 @@ from fedhet.callbacks.fedpac import CentroidSync, HeadMixing
 from fedhet.callbacks.flic import AnchorUpdate
 from fedhet.callbacks.hyfem import ModelMatching
 from fedhet.callbacks.progress import RichRoundProgress
+from fedhet.callbacks.pruning import OptunaPruning
 
 __all__ = [
     "AnchorUpdate",
@@ -27,5 +29,6 @@ __all__ = [
     "HeadMixing",
     "KernelSync",
     "ModelMatching",
+    "OptunaPruning",
     "RichRoundProgress",
 ]

@@ -1,0 +1,167 @@
+"""A search space read from YAML: config override keys mapped to the ranges and choices a tuner may draw.
+
+A suite's ``search_space`` maps dotted override keys of a ``fedhet fit`` config (``model.init_args.lr``,
+``trainer.local_epochs``) to one of::
+
+    {type: float, low: 1.0e-4, high: 1.0e-1, log: true}
+    {type: int, low: 1, high: 5, step: 1, log: false}
+    {type: categorical, choices: [sgd, adam]}
+
+``log`` (default ``false``) draws on a log scale (``low`` above 0; for ``int``, only with ``step: 1``); ``step``
+(``int`` only, default 1) is the grid spacing from ``low``. A categorical choice may be any YAML value (a list such as
+``[64, 64]`` for ``hidden_dims`` too).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import optuna
+
+_FIELDS = {"float": {"low", "high", "log"}, "int": {"low", "high", "step", "log"}, "categorical": {"choices"}}
+_PRIMITIVE = (type(None), bool, int, float, str)
+
+
+@dataclass(frozen=True)
+class FloatRange:
+    """Real values in ``[low, high]``, on a log scale when ``log``."""
+
+    low: float
+    high: float
+    log: bool = False
+
+
+@dataclass(frozen=True)
+class IntRange:
+    """Integers ``low, low + step, ...`` up to ``high``, on a log scale when ``log``."""
+
+    low: int
+    high: int
+    step: int = 1
+    log: bool = False
+
+
+@dataclass(frozen=True)
+class Categorical:
+    """One of ``choices`` (any YAML values)."""
+
+    choices: tuple[Any, ...]
+
+
+Distribution = FloatRange | IntRange | Categorical
+
+
+class _Field:
+    """Builds the one-line error of one field of one key of a search space."""
+
+    def __init__(self, where: str, key: str) -> None:
+        self.where, self.key = where, key
+
+    def error(self, field: str, problem: str) -> ValueError:
+        return ValueError(f"{self.where}: search space key '{self.key}': field '{field}' {problem}")
+
+    def number(self, spec: Mapping[str, Any], field: str, integer: bool) -> Any:
+        if field not in spec:
+            raise self.error(field, "is missing")
+        value = spec[field]
+        kinds = (int,) if integer else (int, float)
+        if isinstance(value, bool) or not isinstance(value, kinds) or not math.isfinite(value):
+            raise self.error(field, f"must be a finite {'integer' if integer else 'number'}, got {value!r}")
+        return value
+
+    def flag(self, spec: Mapping[str, Any], field: str) -> bool:
+        value = spec.get(field, False)
+        if not isinstance(value, bool):
+            raise self.error(field, f"must be true or false, got {value!r}")
+        return value
+
+
+def _parse_one(where: str, key: Any, spec: Any) -> Distribution:
+    if not isinstance(key, str) or not key or any(not part for part in key.split(".")):
+        raise ValueError(f"{where}: search space key {key!r} must be a dotted config key such as 'model.init_args.lr'")
+    field = _Field(where, key)
+    if not isinstance(spec, Mapping):
+        raise field.error("type", f"needs a mapping such as {{type: float, low: ..., high: ...}}, got {spec!r}")
+    kind = spec.get("type")
+    if kind not in _FIELDS:
+        raise field.error("type", f"must be one of {sorted(_FIELDS)}, got {kind!r}")
+    unknown = sorted(set(spec) - _FIELDS[kind] - {"type"})
+    if unknown:
+        raise field.error(unknown[0], f"is not a field of a {kind} range (fields: {sorted(_FIELDS[kind])})")
+    if kind == "categorical":
+        choices = spec.get("choices")
+        if not isinstance(choices, list) or not choices:
+            raise field.error("choices", f"must be a non-empty list, got {choices!r}")
+        return Categorical(tuple(choices))
+    integer = kind == "int"
+    low, high = field.number(spec, "low", integer), field.number(spec, "high", integer)
+    log = field.flag(spec, "log")
+    if (high < low) if integer else (high <= low):
+        raise field.error("high", f"must be {'at least' if integer else 'above'} low = {low}, got {high}")
+    if log and low <= 0:
+        raise field.error("low", f"must be above 0 on a log scale, got {low}")
+    if not integer:
+        return FloatRange(float(low), float(high), log)
+    step = field.number(spec, "step", True) if "step" in spec else 1
+    if step < 1:
+        raise field.error("step", f"must be at least 1, got {step}")
+    if log and step != 1:
+        raise field.error("step", f"must be 1 on a log scale, got {step}")
+    return IntRange(low, high, step, log)
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """Override keys and the distribution each is drawn from, in the order the YAML gave them.
+
+    Attributes:
+        params: ``key -> distribution``.
+
+    """
+
+    params: dict[str, Distribution]
+
+    @classmethod
+    def parse(cls, mapping: Mapping[str, Any], where: str) -> SearchSpace:
+        """Read a search space from its YAML mapping.
+
+        Args:
+            mapping: ``override key -> {type: float | int | categorical, ...}`` (see the module docstring).
+            where: what holds it, for error messages (e.g. ``"suite.yaml: methods.fedavg.search_space"``).
+
+        Raises:
+            ValueError: one line naming ``where``, the key and the field, for anything malformed.
+
+        Example:
+            >>> space = SearchSpace.parse({"model.init_args.lr": {"type": "float", "low": 1e-3, "high": 1.0}}, "x")
+            >>> space.params["model.init_args.lr"]
+            FloatRange(low=0.001, high=1.0, log=False)
+
+        """
+        if not isinstance(mapping, Mapping) or not mapping:
+            raise ValueError(f"{where}: a search space must be a non-empty mapping of config keys, got {mapping!r}")
+        return cls({key: _parse_one(where, key, spec) for key, spec in mapping.items()})
+
+    def suggest(self, trial: optuna.Trial) -> dict[str, Any]:
+        """Draw one value per key from ``trial`` (its sampler decides): the trial's config overrides.
+
+        A categorical with values other than ``null``, booleans, numbers and strings is drawn among their JSON texts
+        (how the study records them) and returned as the values themselves.
+        """
+        overrides: dict[str, Any] = {}
+        for key, dist in self.params.items():
+            if isinstance(dist, FloatRange):
+                overrides[key] = trial.suggest_float(key, dist.low, dist.high, log=dist.log)
+            elif isinstance(dist, IntRange):
+                overrides[key] = trial.suggest_int(key, dist.low, dist.high, step=dist.step, log=dist.log)
+            elif all(isinstance(choice, _PRIMITIVE) for choice in dist.choices):
+                overrides[key] = trial.suggest_categorical(key, list(dist.choices))
+            else:
+                texts = [json.dumps(choice) for choice in dist.choices]
+                overrides[key] = json.loads(trial.suggest_categorical(key, texts))
+        return overrides
