@@ -123,6 +123,8 @@ class ClientContext:
         store: returns the client state store (the trainer may replace it on resume).
         personal_init: ``"shared"``: a client's personal layers start from its architecture's one draw (the one that
             also initialises the shared layers); ``"per_client"``: from a draw of its own, seeded by (seed, client).
+        check_metric_names: the declaration check also refuses training metrics the method does not log (uploads
+            that arrive from other machines).
 
     """
 
@@ -139,6 +141,7 @@ class ClientContext:
         server_state: Callable[[], ServerState],
         store: Callable[[], ClientStore],
         personal_init: Literal["shared", "per_client"] = "shared",
+        check_metric_names: bool = False,
     ) -> None:
         self.fabric = fabric
         self.template = template
@@ -146,7 +149,7 @@ class ClientContext:
         self.local_epochs = local_epochs
         self.local_steps = local_steps
         self.hooks = hooks
-        self.checks: list[UploadCheck] = [DeclaredUpload(self.expected_upload), *checks]
+        self.checks: list[UploadCheck] = [DeclaredUpload(self.expected_upload, check_metric_names), *checks]
         self.personal_init = personal_init
         self._server_state = server_state
         self._store = store

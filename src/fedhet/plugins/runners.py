@@ -39,6 +39,10 @@ class ClientRunner(ABC):
     adapter) overrides :meth:`run` and :meth:`evaluate` to have each client's own machine do the same work.
     """
 
+    #: whether the uploads come from outside this process (another machine's reply): the check against each
+    #: client's declaration then also refuses training metrics the method does not log
+    remote_uploads: bool = False
+
     @abstractmethod
     def run(self, context: ClientContext, client_ids: Sequence[str], round_idx: int) -> RoundUploads:
         """Train ``client_ids`` (this process's clients of the round).

@@ -468,6 +468,7 @@ class FederatedTrainer:
             server_state=lambda: self.server_state,
             store=lambda: self._store,
             personal_init=self.client_state.personal_init,
+            check_metric_names=self.runner.remote_uploads,
         )
         self._client_ids = list(self._context.client_ids)
         self._index = {cid: i for i, cid in enumerate(self._client_ids)}

@@ -34,7 +34,6 @@ from fedhet.core import (
 )
 from fedhet.plugins.context import ClientContext, ClientEvaluation
 from fedhet.plugins.hooks import CallbackHooks
-from fedhet.plugins.policies import DeclaredUpload
 from fedhet.plugins.runners import ClientRunner
 from fedhet.plugins.trainer import FederatedTrainer
 
@@ -246,12 +245,14 @@ def _no_answer(client_id: str, err: Exception) -> ClientFailure:
     return ClientFailure.from_error(client_id, err)
 
 
-def training_reply(client_id: str, reply: object, check: DeclaredUpload) -> tuple[ClientUpdate, float] | ClientFailure:
-    """A node's training reply for ``client_id`` as the server admits it, or the client's failure.
+def training_reply(client_id: str, reply: object) -> tuple[ClientUpdate, float] | ClientFailure:
+    """A node's training reply for ``client_id`` as an upload for the engine's checks, or the client's failure.
 
-    The client is the one whose node was asked: a reply naming another client is refused; an upload must pass
-    ``check`` (the method's shared parameters and declared statistics, names, shapes and dtypes, a sample count within
-    the client's declared ``num_train``, only the training metrics the method logs).
+    The client is the one whose node was asked: a reply naming another client, or that is not an upload, is refused.
+    What the upload holds is then checked by the client context's upload checks, the first of which holds it to the
+    client's declaration (:class:`~fedhet.plugins.policies.DeclaredUpload`, strict for a remote runner: the method's
+    shared parameters and declared statistics, names, shapes and dtypes, a sample count within the client's declared
+    ``num_train``, only the training metrics the method logs).
     """
     if isinstance(reply, Exception):
         return _no_answer(client_id, reply)
@@ -264,7 +265,7 @@ def training_reply(client_id: str, reply: object, check: DeclaredUpload) -> tupl
     update, seconds = reply
     if update.client_id != client_id:
         return ClientFailure(client_id, "invalid", f"reply refused: field 'client_id' is {update.client_id!r}")
-    return check.reject(update, float(seconds)) or (update, float(seconds))
+    return update, float(seconds)
 
 
 def evaluation_reply(context: ClientContext, client_id: str, stage: str, reply: object) -> ClientEvaluation | None:
@@ -323,7 +324,11 @@ class RemoteRunner(ClientRunner):
     Args:
         remote: sends the requests of a round and returns the replies by client (:data:`Remote`).
 
+    Its uploads come from other machines (``remote_uploads``): the engine's declaration check is then strict.
+
     """
+
+    remote_uploads = True
 
     def __init__(self, remote: Remote) -> None:
         self.remote = remote
@@ -332,11 +337,10 @@ class RemoteRunner(ClientRunner):
         """Send the round's clients their payloads and admit their uploads; failed clients are recorded."""
         requests = {cid: request_for(context, cid) for cid in client_ids}
         replies = self.remote("train", round_idx, requests)
-        check = DeclaredUpload(context.expected_upload, check_metric_names=True)
         uploads = RoundUploads()
         for cid in client_ids:
             try:
-                admitted = training_reply(cid, replies.get(cid, TimeoutError("no reply")), check)
+                admitted = training_reply(cid, replies.get(cid, TimeoutError("no reply")))
             except Exception as err:  # whatever a node sent, it must not take the server down
                 admitted = ClientFailure(cid, "invalid", f"reply refused: {type(err).__name__}: {err}")
             if isinstance(admitted, ClientFailure):
