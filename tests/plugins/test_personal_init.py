@@ -5,7 +5,7 @@ import torch
 
 from fedhet.callbacks import FederatedCallback
 from fedhet.datamodules import FederatedDataModule
-from fedhet.modules import FedRep, GlobalLayers, LocalOnly
+from fedhet.modules import FLIC, FedRep, GlobalLayers, LocalOnly
 from fedhet.plugins import FederatedTrainer
 from fedhet.plugins.options import ClientStates, Processes, Reporting
 from tests.conftest import make_client
@@ -80,3 +80,19 @@ def test_clients_with_different_input_dims_build_and_share_per_architecture(tmp_
 def test_unknown_personal_init_is_refused():
     with pytest.raises(ValueError, match="personal_init"):
         FederatedTrainer(client_state=ClientStates(personal_init="random"))
+
+
+@pytest.mark.parametrize("personal_init", ["shared", "per_architecture"])
+def test_clients_whose_inputs_differ_start_from_one_template_head(tmp_path, personal_init):
+    # FLIC's clients hold inputs of different sizes: their embeddings differ in shape, their heads do not; the reference
+    # code builds every client from one template model, so "shared" starts every head from the first build's
+    federation = FederatedDataModule([make_client("a6", 24, 0, dim=6), make_client("b4", 24, 1, dim=4)])
+    module = FLIC(latent_dim=4, hidden_width=8, embedding_hidden_dims=(8,))
+    state = fit_first_round(tmp_path, module, federation, personal_init=personal_init)
+    same_shape = [n for n in state["a6"] if n in state["b4"] and state["a6"][n].shape == state["b4"][n].shape]
+    differs = [n for n in state["a6"] if n in state["b4"] and state["a6"][n].shape != state["b4"][n].shape]
+    assert differs  # the input layers
+    heads = [n for n in same_shape if "head" in n]
+    assert heads
+    equal = [torch.equal(state["a6"][n], state["b4"][n]) for n in heads]
+    assert all(equal) if personal_init == "shared" else not any(equal)

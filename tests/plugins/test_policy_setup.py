@@ -77,7 +77,7 @@ def test_a_shorthand_beside_its_object_is_refused():
         (lambda: Checkpointing(every=-1), "checkpointing: field 'every' must be >= 0, got -1"),
         (lambda: Faults(max_client_failures=1.5), "faults: field 'max_client_failures' must be in [0, 1], got 1.5"),
         (lambda: Faults(client_time_budget_s=0), "faults: field 'client_time_budget_s' must be positive or None"),
-        (lambda: ClientStates(personal_init="each"), "client_state: field 'personal_init' must be 'shared' or"),
+        (lambda: ClientStates(personal_init="each"), "field 'personal_init' must be 'shared', 'per_architecture' or"),
         (lambda: ClientStates(budget_mb=-1.0), "client_state: field 'budget_mb' must be >= 0"),
         (lambda: Reporting(eval_every=0), "reporting: field 'eval_every' must be at least 1, got 0"),
     ],

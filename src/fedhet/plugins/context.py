@@ -122,7 +122,10 @@ class ClientContext:
         server_state: returns the server state clients load from (the trainer may replace it on resume).
         store: returns the client state store (the trainer may replace it on resume).
         personal_init: ``"shared"``: a client's personal layers start from its architecture's one draw (the one that
-            also initialises the shared layers); ``"per_client"``: from a draw of its own, seeded by (seed, client).
+            also initialises the shared layers), and a personal tensor whose name, shape and dtype the first
+            architecture's has too starts as that one (one template head for clients whose inputs differ);
+            ``"per_architecture"``: from its architecture's draw alone; ``"per_client"``: from a draw of its own,
+            seeded by (seed, client).
         check_metric_names: the declaration check also refuses training metrics the method does not log (uploads
             that arrive from other machines).
 
@@ -140,7 +143,7 @@ class ClientContext:
         checks: Sequence[UploadCheck],
         server_state: Callable[[], ServerState],
         store: Callable[[], ClientStore],
-        personal_init: Literal["shared", "per_client"] = "shared",
+        personal_init: Literal["shared", "per_architecture", "per_client"] = "shared",
         check_metric_names: bool = False,
     ) -> None:
         self.fabric = fabric
@@ -160,6 +163,7 @@ class ClientContext:
         self._slots: dict[Hashable, ModuleSlot] = {}
         self._fingerprint: dict[str, Any] | None = None
         self._expected: dict[str, ExpectedUpload] = {}
+        self._template: dict[str, Tensor] | None = None
 
     # ------------------------------------------------------------------ what a client has
     @property
@@ -199,9 +203,37 @@ class ClientContext:
 
     def init_seed(self, client_id: str) -> int:
         """The seed of ``client_id``'s initial personal layers: the architecture's shared draw, or the client's own."""
+        if self.personal_init == "per_client":
+            return derive_seed(self.seed, "init", client_id)
+        return derive_seed(self.seed, "server")  # the draw that built the slot, so the initial model is one model
+
+    def initial_personal(self, client_id: str) -> dict[str, Tensor]:
+        """``client_id``'s personal tensors before its first round, on the CPU (see ``personal_init``).
+
+        With ``"shared"``, a personal tensor that the first architecture's build holds with the same name, shape and
+        dtype is that build's: clients whose input layers differ in size still start from one head, as the reference
+        implementations' single template model does.
+        """
+        slot = self.slot(client_id)
+        if not slot.personal:
+            return {}
+        state = self.build(client_id, self.init_seed(client_id)).state_dict()
+        personal = {name: state[name] for name in slot.personal}
         if self.personal_init == "shared":
-            return derive_seed(self.seed, "server")  # the draw that built the slot, so the initial model is one model
-        return derive_seed(self.seed, "init", client_id)
+            template = self._template_personal()
+            for name, value in personal.items():
+                first = template.get(name)
+                if first is not None and first.shape == value.shape and first.dtype == value.dtype:
+                    personal[name] = first
+        return to_cpu(personal)
+
+    def _template_personal(self) -> dict[str, Tensor]:
+        """The first architecture's initial personal tensors (computed once per context)."""
+        if self._template is None:
+            first = self.architectures()[0]
+            state = self.build(first, self.init_seed(first)).state_dict()
+            self._template = to_cpu({name: state[name] for name in self.slot(first).personal})
+        return self._template
 
     def architectures(self) -> list[str]:
         """One client id per client architecture, in client order."""
@@ -254,9 +286,7 @@ class ClientContext:
         slot.module.setup_client(self.specs[client_id])
         store = self.store
         if client_id not in store:
-            fresh = self.build(client_id, self.init_seed(client_id)) if slot.personal else None
-            personal = {name: fresh.state_dict()[name] for name in slot.personal} if fresh is not None else {}
-            store[client_id] = ClientState(to_cpu(personal))
+            store[client_id] = ClientState(self.initial_personal(client_id))
         server = self.server_state
         payload = server.payload_for(client_id, slot.shared)
         slot.load(store[client_id].personal, payload)

@@ -110,9 +110,12 @@ class ClientStates:
 
     Args:
         personal_init: how clients' personal layers (heads, input layers...) start. ``"shared"`` (as the papers
-            and their reference code do with one random seed): one initialisation per client architecture, the same
-            draw that initialises the shared layers, so clients whose layers have the same names and shapes start
-            identical. ``"per_client"``: each client's personal layers drawn from its own seed (seed, client id).
+            and their reference code do with one random seed and one template model): one initialisation per client
+            architecture, the same draw that initialises the shared layers, and a personal tensor that the first
+            architecture also has (same name, shape and dtype) starts as that one, so clients start from one head
+            even where their input layers differ in size. ``"per_architecture"`` (0.2.0's development versions): each
+            architecture's own draw only. ``"per_client"``: each client's personal layers drawn from its own seed
+            (seed, client id).
         budget_mb: keep at most this many MiB of clients' personal state (and kept optimizer state) in memory per
             process; the least recently trained clients' states spill to a folder of this run's own,
             ``version_N/client_state/<run>-rank<r>/``, locked while the run uses it, and are read back when those
@@ -122,13 +125,15 @@ class ClientStates:
 
     """
 
-    personal_init: Literal["shared", "per_client"] = "shared"
+    personal_init: Literal["shared", "per_architecture", "per_client"] = "shared"
     budget_mb: float | None = None
     keep_spilled: bool = False
 
     def __post_init__(self) -> None:
-        if self.personal_init not in ("shared", "per_client"):
-            raise _refuse("client_state", "personal_init", "be 'shared' or 'per_client'", self.personal_init)
+        if self.personal_init not in ("shared", "per_architecture", "per_client"):
+            raise _refuse(
+                "client_state", "personal_init", "be 'shared', 'per_architecture' or 'per_client'", self.personal_init
+            )
         if self.budget_mb is not None and self.budget_mb < 0:
             raise _refuse("client_state", "budget_mb", "be >= 0", self.budget_mb)
 
