@@ -13,8 +13,8 @@ in the process for the next step. The cost: the process keeps up to ``trim_thres
 have returned, and blocks of up to ``mmap_threshold_mb`` come from the heap (larger ones are still mapped).
 
 The setting is process-wide: :class:`~fedhet.plugins.FederatedTrainer` applies it in each of its processes when it
-launches a CPU run (``fit``, ``validate``, ``test``), unless ``retain_cpu_heap=False``; nothing changes where the C
-library is not glibc. ``benchmarks/heap_retention.py`` measures it.
+launches a CPU run (``fit``, ``validate``, ``test``), unless ``processes.retain_cpu_heap=False``; nothing changes
+where the C library is not glibc. ``benchmarks/heap_retention.py`` measures it.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ log = logging.getLogger(__name__)
 
 
 class UploadPrivacy:
-    r"""Client-level differential privacy of the uploads, for ``FederatedTrainer(privacy=...)``.
+    r"""Client-level differential privacy of the uploads, for ``FederatedTrainer(server_update=UploadPrivacy(...))``.
 
     **Shared parameters** (central noise, DP-FedAvg; McMahan et al., ICLR 2018): each client's update
     :math:`\Delta_k = \theta_k - \theta` (its trained shared parameters minus those it received) is clipped to global
@@ -28,7 +28,7 @@ class UploadPrivacy:
 
     with :math:`m` the number of clients *sampled* in the round (a failed client contributes nothing; the divisor
     stays :math:`m`) and :math:`z` = ``noise_multiplier``. Clients are weighted uniformly (the privacy unit is the
-    client), so the trainer's aggregator is not used.
+    client), so no aggregator is used: privacy is the whole server update.
 
     **Statistics** (per-client noise): the statistics whose names match ``statistics`` (centroids, anchors, atoms...)
     are clipped jointly to ``statistics_clip_norm`` and each client adds its own
