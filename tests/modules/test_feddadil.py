@@ -147,7 +147,7 @@ def test_runs_under_a_plain_lightning_trainer():
     assert on_simplex(module.alpha().detach())
     assert on_simplex(module.atom_probabilities().detach())
     (results,) = trainer.test(module, dm, verbose=False)
-    assert set(results) == {"test/acc", "test/acc_e", "test/acc_r"}
+    assert set(results) == {"test/acc", "test/acc_e", "test/acc_r", "test/source_acc"}  # a labelled client
     assert results["test/acc_r"] > 0.5
 
 

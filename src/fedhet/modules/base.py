@@ -16,6 +16,7 @@ from torchmetrics import MetricCollection
 from fedhet.core import ClientSpec, LocalPhase, LocalTraining, UploadDeclaration
 from fedhet.plugins.aggregators import Aggregator, WeightedMean
 from fedhet.plugins.export import in_memory, read_client_checkpoint
+from fedhet.plugins.local_loop import computed_metrics
 
 #: the client description of the checkpoint being loaded by :meth:`FederatedModule.load_from_checkpoint`
 _LOADING_SPEC: ContextVar[ClientSpec | None] = ContextVar("fedhet_loading_client_spec", default=None)
@@ -265,7 +266,7 @@ class FederatedModule(LightningModule):
 
     def _log_evaluation(self, stage: str) -> None:
         metrics = self.evaluation_metrics(stage)
-        self.log_dict({f"{stage}/{name}": value for name, value in metrics.compute().items()})
+        self.log_dict({f"{stage}/{name}": value for name, value in computed_metrics(metrics).items()})
         metrics.reset()
 
     def on_validation_epoch_end(self) -> None:

@@ -108,7 +108,13 @@ class FedDaDiL(FederatedModule):
     Evaluation of a client (any client; for the target this is the method's output): ``acc_e`` (DaDiL-E: one softmax
     regression per atom, mixed by :math:`\alpha`), ``acc_r`` (DaDiL-R: softmax regression on the labelled barycenter of
     the full atoms, :math:`n` points), ``acc`` (the one named by ``labelling``) and, with a step-1 head in the
-    checkpoint, ``acc_source_only`` (the step-1 FedAvg model unchanged: the no-adaptation baseline). With
+    checkpoint, ``acc_source_only`` (the step-1 FedAvg model unchanged: the no-adaptation baseline). ``source_acc`` is
+    ``acc`` on the labelled sources only (the target never updates it, so ``val/source_acc_mean`` is the sources'
+    mean): the criterion for tuning without target labels, source validation (the usual criterion of unsupervised
+    domain adaptation that importance-weighted variants refine: Sugiyama, Krauledat and Müller, 2007, "Covariate
+    Shift Adaptation by Importance Weighted Cross Validation", JMLR 8; You, Wang, Long and Jordan, 2019, "Towards
+    Accurate Model Selection in Deep Unsupervised Domain Adaptation", ICML). It reads the target's features (through
+    the shared atoms it trained), never its labels. With
     ``log_coordinates`` the client's coordinates are reported beside them as ``alpha_0`` ... ``alpha_{K-1}``: a
     diagnostic of experiments (how far each :math:`\alpha` moved from uniform, how the target's differ from the
     sources'), off by default because it puts the private coordinates in the metrics the server records.
@@ -433,6 +439,8 @@ class FedDaDiL(FederatedModule):
         metrics["acc_e"].update(ensemble, y)
         metrics["acc_r"].update(reconstruction, y)
         metrics["acc"].update(ensemble if self.labelling == "e" else reconstruction, y)
+        if self.labelled:  # the tuning criterion: never updated from the target's labels
+            metrics["source_acc"].update(ensemble if self.labelling == "e" else reconstruction, y)
         if self.head is not None:
             metrics["acc_source_only"].update(self.head(z), y)
         if self.log_coordinates:
@@ -455,7 +463,7 @@ class FedDaDiL(FederatedModule):
 
     def configure_metrics(self, stage: str) -> MetricCollection:
         """The accuracies of ``stage`` (see the class docstring), never reduced across processes."""
-        names = ["acc", "acc_e", "acc_r"] + (["acc_source_only"] if self.head is not None else [])
+        names = ["acc", "acc_e", "acc_r", "source_acc"] + (["acc_source_only"] if self.head is not None else [])
         metrics: dict[str, Metric | MetricCollection] = {
             name: MulticlassAccuracy(self.spec.num_classes, average="micro", sync_on_compute=False) for name in names
         }

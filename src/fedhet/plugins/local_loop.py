@@ -281,4 +281,19 @@ def evaluate_client(fabric: Fabric, module: EngineModule, loader: Iterable[Any],
         with fabric.autocast():
             step(fabric.to_device(batch), batch_idx)
     module.train()
-    return {name: float(value) for name, value in metrics.compute().items()}
+    return {name: float(value) for name, value in computed_metrics(metrics).items()}
+
+
+def computed_metrics(metrics: Any) -> dict[str, torch.Tensor]:
+    """The values of the metrics of a ``MetricCollection`` that this client updated.
+
+    A metric a client never updates is not one of its metrics (FedDaDiL's ``source_acc`` on the unlabelled target):
+    it is left out, so the summaries over clients average it over the clients that have it.
+    """
+    updated = {name for name, metric in metrics.items() if metric.update_called}
+    for group in getattr(metrics, "compute_groups", {}).values():  # members of a group share the updated states
+        if updated & set(group):
+            updated |= set(group)
+    if len(updated) == len(metrics):
+        return dict(metrics.compute())
+    return {name: metric.compute() for name, metric in metrics.items() if name in updated}
