@@ -4,7 +4,6 @@ import multiprocessing
 import os
 import subprocess
 import sys
-import time
 
 import optuna
 import pytest
@@ -16,6 +15,7 @@ from fedhet.experiments.search_space import Categorical, FloatRange, IntRange
 from fedhet.experiments.tuning import OWNER_ATTR, SearchSpace, objective_value, tune
 from fedhet.modules import FedAvg
 from fedhet.plugins import FederatedTrainer
+from tests.experiments import shared_study_worker as worker
 from tests.test_cli import FEDAVG
 from tests.trainer_options import trainer_options
 
@@ -124,9 +124,14 @@ def federation_fit(tmp_path, tiny_federation, callback, rounds=3):
 
 
 @pytest.mark.parametrize("reference", [1.0, 0.0])
-def test_the_callback_prunes_a_real_federation_worse_than_the_median(tmp_path, tiny_federation, reference):
-    """Trial 0 reports ``reference`` every round; trial 1 is a 3-round FedAvg fit reporting through the storage."""
-    storage = str(tmp_path / "study.log")
+@pytest.mark.parametrize("reach", ["storage", "handle"])
+def test_the_callback_prunes_a_real_federation_worse_than_the_median(tmp_path, tiny_federation, reference, reach):
+    """Trial 0 reports ``reference`` every round; trial 1 is a 3-round FedAvg fit reporting to the study.
+
+    ``storage``: the callback opens the journal file, as ``fedhet fit`` in another process does; ``handle``: it is
+    bound to the live trial of an in-memory study.
+    """
+    storage = str(tmp_path / "study.log") if reach == "storage" else None
     fits = []
 
     def objective(overrides, handle):
@@ -134,7 +139,8 @@ def test_the_callback_prunes_a_real_federation_worse_than_the_median(tmp_path, t
             for step in range(3):
                 handle.report(reference, step)
             return reference
-        callback = OptunaPruning(storage, handle.study_name, handle.number)  # as `fedhet fit` builds it
+        # "storage": as `fedhet fit` builds it from handle.cli_args()
+        callback = OptunaPruning(storage, handle.study_name, handle.number) if storage else handle.callback()
         trainer = federation_fit(tmp_path / "runs", tiny_federation, callback)
         fits.append(trainer)
         return objective_value(trainer.history, "val/acc_mean")
@@ -203,23 +209,11 @@ def test_a_run_without_a_validation_split_is_named():
 
 
 # ---------------------------------------------------------------------------------------------------- shared study
-def _worker(storage, folder, barrier, seed):
-    barrier.wait()
-
-    def objective(overrides, handle):
-        with open(os.path.join(folder, f"trial_{handle.number}"), "x") as marker:  # "x": a trial run twice fails
-            marker.write(str(os.getpid()))
-        time.sleep(0.2)
-        return parabola(overrides, handle)
-
-    tune("shared", X, objective, n_trials=8, storage=storage, seed=seed)
-
-
 def test_two_processes_share_one_study_through_a_journal_file(tmp_path):
     storage = str(tmp_path / "study.log")
     context = multiprocessing.get_context("spawn")
     barrier = context.Barrier(2)
-    processes = [context.Process(target=_worker, args=(storage, str(tmp_path), barrier, 0)) for _ in range(2)]
+    processes = [context.Process(target=worker.run, args=(storage, str(tmp_path), barrier, 0)) for _ in range(2)]
     for process in processes:
         process.start()
     for process in processes:
@@ -228,8 +222,8 @@ def test_two_processes_share_one_study_through_a_journal_file(tmp_path):
     study = optuna.load_study(
         study_name="shared", storage=optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(storage))
     )
-    assert sorted(t.number for t in study.trials) == list(range(8))
+    assert sorted(t.number for t in study.trials) == list(range(worker.N_TRIALS))
     assert all(t.state == optuna.trial.TrialState.COMPLETE for t in study.trials)
     owners = {(tmp_path / f"trial_{t.number}").read_text() for t in study.trials}
     assert owners == {str(p.pid) for p in processes}  # both took part
-    assert len({t.params["x"] for t in study.trials}) == 8  # each process drew its own points
+    assert len({t.params["x"] for t in study.trials}) == worker.N_TRIALS  # each process drew its own points

@@ -2,7 +2,7 @@
 
 :func:`tune` searches a :class:`~fedhet.experiments.search_space.SearchSpace` with Optuna's TPE sampler (Bergstra et
 al., 2011, "Algorithms for Hyper-Parameter Optimization", NeurIPS), seeded, and prunes trials from their round
-metrics with the median rule (:func:`fedhet.callbacks.pruning.median_pruner`). The objective gets a trial's config
+metrics with the median rule (:func:`fedhet.core.trials.median_pruner`). The objective gets a trial's config
 overrides and a :class:`TrialHandle`, trains, and returns one number.
 
 **The objective must be computed on validation splits only.** Test splits score the chosen setting once, on fresh
@@ -35,23 +35,26 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import optuna
 from filelock import FileLock
 from optuna.trial import TrialState
 
-from fedhet.callbacks.pruning import (
+from fedhet.core.seeding import derive_seed
+from fedhet.core.trials import (
     JOURNAL_SUFFIXES,
     PRUNED_ATTR,
     PRUNER_ATTR,
-    OptunaPruning,
     check_validation_metric,
     median_pruner,
     open_storage,
+    trial_id,
 )
-from fedhet.core.seeding import derive_seed
 from fedhet.experiments.search_space import SearchSpace
+
+if TYPE_CHECKING:
+    from fedhet.callbacks.pruning import OptunaPruning
 
 __all__ = [
     "SOURCE_VALIDATION_METRIC",
@@ -141,6 +144,8 @@ class TrialHandle:
 
     def callback(self, monitor: str = "val/acc_mean") -> OptunaPruning:
         """A pruning callback for a ``FederatedTrainer`` run in this process (``callbacks=[handle.callback()]``)."""
+        from fedhet.callbacks.pruning import OptunaPruning  # Lightning, only for a fit in this process
+
         return OptunaPruning.for_trial(self._trial, monitor)
 
     def cli_args(self, monitor: str = "val/acc_mean") -> list[str]:
@@ -172,7 +177,8 @@ class TrialHandle:
     @property
     def pruned(self) -> bool:
         """Whether a pruning callback stopped this trial's fit (in this process or another)."""
-        frozen = self._trial.storage.get_trial(_trial_id(self._trial))
+        trial = self._trial
+        frozen = trial.storage.get_trial(trial_id(trial.storage, trial.study.study_name, trial.number))
         return PRUNED_ATTR in frozen.user_attrs
 
     def raise_if_pruned(self) -> None:
@@ -206,11 +212,6 @@ def objective_value(history: Sequence[Mapping[str, Any]], metric: str) -> float:
         f"tuning: no round of the run logged {metric!r}; the federation holds no validation split: set"
         " data.init_args.val_fraction (or the dataset's held-out validation option, e.g. val_repetitions, num_val)"
     )
-
-
-def _trial_id(trial: optuna.Trial) -> int:
-    storage, name = trial.storage, trial.study.study_name
-    return int(storage.get_trial_id_from_study_id_trial_number(storage.get_study_id_from_name(name), trial.number))
 
 
 def _absolute(storage: str | None) -> str | None:
@@ -362,8 +363,10 @@ def tune(
                 raise ValueError(f"tuning: study '{study_name}' was created with pruner {stored}, not {settings}")
             _release_dead_trials(study)
         while (trial := _start_trial(study, n_trials, lock)) is not None:
-            study.sampler = optuna.samplers.TPESampler(
-                n_startup_trials=random_trials, seed=derive_seed(seed, "tpe", trial.number) % 2**32
+            study.sampler = optuna.samplers.TPESampler(  # constant liar: running trials' points are not drawn again
+                n_startup_trials=random_trials,
+                seed=derive_seed(seed, "tpe", trial.number) % 2**32,
+                constant_liar=True,
             )
             _run_trial(study, trial, space, objective, storage)
         return _result(study)
