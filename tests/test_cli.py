@@ -21,7 +21,8 @@ from fedhet.plugins.stacked import StackedRunner
 
 ROOT = Path(__file__).parents[1]
 CONFIG_DIR = ROOT / "configs"
-CONFIGS = sorted(CONFIG_DIR.rglob("*.yaml"))
+DATA_CONFIG_DIR = CONFIG_DIR / "data"  # federations alone (a `data:` section), given after a method's config
+CONFIGS = sorted(path for path in CONFIG_DIR.rglob("*.yaml") if path.parent != DATA_CONFIG_DIR)
 FEDAVG = str(CONFIG_DIR / "fedavg" / "digits.yaml")
 
 

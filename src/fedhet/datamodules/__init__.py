@@ -3,6 +3,7 @@
 from fedhet.core import ClientSpec
 from fedhet.datamodules.client import ClientDataModule
 from fedhet.datamodules.csv_client import CSVClientDataModule
+from fedhet.datamodules.csv_federation import CSVFederation
 from fedhet.datamodules.datasets import (
     CovertypeFederation,
     DigitsFamilyFederation,
@@ -22,6 +23,7 @@ from fedhet.datamodules.tensor_dataset import TensorBatchLoader, TensorPairDatas
 
 __all__ = [
     "CSVClientDataModule",
+    "CSVFederation",
     "ClientDataModule",
     "ClientSpec",
     "CovertypeFederation",

@@ -55,7 +55,9 @@ class AlignedFederation(FederatedDataModule):
       the client's index (Covertype's wilderness area, constant within a client, becomes a real feature).
 
     Column names come from the inner federation's ``feature_names`` (a mapping ``client -> names`` or one sequence
-    for every client); without it, clients of equal width are taken to share columns position by position.
+    for every client), else from its clients' own ``feature_names`` when every client has them (a federation of
+    :class:`~fedhet.datamodules.CSVClientDataModule`); without names, clients of equal width are taken to share
+    columns position by position.
 
     Clients keep their batch sizes (the pooled client takes the first client's). ``hparams["federation"]`` records the
     wrapped federation as ``{"class_path", "init_args"}`` (non-default arguments), not the object.
@@ -105,6 +107,9 @@ class AlignedFederation(FederatedDataModule):
             return {cid: tuple(names[cid]) for cid in inner.client_ids}
         if isinstance(names, Sequence) and not isinstance(names, str):
             return {cid: tuple(names) for cid in inner.client_ids}
+        own = {cid: getattr(inner.client(cid), "feature_names", None) for cid in inner.client_ids}
+        if all(isinstance(client_names, Sequence) for client_names in own.values()):
+            return {cid: tuple(client_names or ()) for cid, client_names in own.items()}
         widths = {cid: inner.specs[cid].input_dim for cid in inner.client_ids}
         if len(set(widths.values())) > 1:
             raise ValueError(

@@ -70,6 +70,7 @@ from fedhet.functional.partition import (
     quantity_skew,
     shard_label_skew,
     split_indices,
+    stratified_split_indices,
 )
 from fedhet.functional.privacy import (
     add_gaussian_noise,
@@ -159,6 +160,7 @@ __all__ = [
     "shard_label_skew",
     "solve_simplex_qp",
     "split_indices",
+    "stratified_split_indices",
     "squared_distances",
     "stack_padded",
     "stack_states",

@@ -122,6 +122,46 @@ def split_indices(n: int, fractions: Sequence[float], seed: int) -> list[np.ndar
     return [np.sort(part) for part in np.split(permutation, np.cumsum(sizes)[:-1])]
 
 
+def stratified_split_indices(labels: Tensor | np.ndarray, fractions: Sequence[float], seed: int) -> list[np.ndarray]:
+    """Split samples at random into parts of the given fractions, each class cut in those fractions on its own.
+
+    Each class's samples are permuted and cut as :func:`split_indices` cuts ``range(n)`` (sizes by largest remainder,
+    ties to the earlier part), so every part holds the classes in about the pooled proportions. Where classes are so
+    small that this would leave empty a part that :func:`split_indices` fills (ten singleton classes and a 20 % test
+    part, say), the split is not stratified: :func:`split_indices` is returned instead.
+
+    Args:
+        labels: class of every sample, shape ``(N,)``; any integer values.
+        fractions: share of each part, non-negative and summing to 1; a part may be empty.
+        seed: seed of the ``numpy.random.default_rng`` that draws the permutations.
+
+    Returns:
+        one sorted ``int64`` array per fraction; disjoint, covering ``range(N)``.
+
+    Raises:
+        ValueError: as :func:`split_indices` does for bad ``fractions``.
+
+    Example:
+        >>> parts = stratified_split_indices(np.array([0] * 8 + [1] * 4), [0.75, 0.25], seed=0)
+        >>> [np.bincount(np.array([0] * 8 + [1] * 4)[part]).tolist() for part in parts]
+        [[6, 3], [2, 1]]
+
+    """
+    y = _as_label_array(labels)
+    plain = split_indices(len(y), fractions, seed)
+    shares = np.asarray(fractions, dtype=np.float64)
+    rng = np.random.default_rng(seed)
+    parts: list[list[np.ndarray]] = [[] for _ in fractions]
+    for value in np.unique(y):
+        members = rng.permutation(np.flatnonzero(y == value))
+        for part, chunk in zip(parts, np.split(members, np.cumsum(_apportion(len(members), shares))[:-1]), strict=True):
+            part.append(chunk)
+    stratified = [np.sort(np.concatenate(part)).astype(np.int64) if part else np.zeros(0, np.int64) for part in parts]
+    if any(len(cut) == 0 and len(fill) > 0 for cut, fill in zip(stratified, plain, strict=True)):
+        return plain
+    return stratified
+
+
 def shard_label_skew(
     labels: Tensor | np.ndarray, num_clients: int, classes_per_client: int | Sequence[int], seed: int
 ) -> list[np.ndarray]:
