@@ -83,8 +83,9 @@ def test_tpe_with_a_seed_repeats_its_trials_and_finds_the_maximum():
     assert [t.number for t in runs[0].trials] == list(range(20))
 
 
-def test_a_resumed_study_counts_the_trials_it_already_holds(tmp_path):
-    storage = str(tmp_path / "study.log")
+@pytest.mark.parametrize("kind", ["journal.log", "journal.jsonl", "sqlite"])
+def test_a_resumed_study_counts_the_trials_it_already_holds(tmp_path, kind):
+    storage = f"sqlite:///{tmp_path / 'study.db'}" if kind == "sqlite" else str(tmp_path / kind)
     calls = []
 
     def counted(overrides, handle):
@@ -111,6 +112,11 @@ def test_a_trial_left_running_by_a_killed_process_is_released(tmp_path):
     orphan.set_user_attr(OWNER_ATTR, f"{os.uname().nodename}:{gone.pid}")
     result = tune("killed", X, parabola, n_trials=2, storage=storage, seed=0)
     assert [t.state for t in result.trials] == ["COMPLETE", "FAIL", "COMPLETE"]
+
+
+def test_a_storage_that_is_neither_a_journal_file_nor_a_url_is_named(tmp_path):
+    with pytest.raises(ValueError, match=r"field 'storage' is '.*study.txt': give a journal file ending in .log"):
+        tune("bad", X, parabola, n_trials=1, storage=str(tmp_path / "study.txt"), seed=0)
 
 
 # ---------------------------------------------------------------------------------------------------- pruning
@@ -209,6 +215,7 @@ def test_a_run_without_a_validation_split_is_named():
 
 
 # ---------------------------------------------------------------------------------------------------- shared study
+@pytest.mark.distributed
 def test_two_processes_share_one_study_through_a_journal_file(tmp_path):
     storage = str(tmp_path / "study.log")
     context = multiprocessing.get_context("spawn")
