@@ -20,10 +20,10 @@ count, in this process or any other sharing the study, so a resumed study or sev
 ``n_trials`` in all. Storage (``storage``): ``None`` keeps the study in memory; a path ending in ``.log``/``.jsonl`` is
 a journal file that processes on one machine, or on machines sharing a file system, append to; a URL
 (``sqlite:///tuning.db``, ``postgresql://...``) a database. With a file (journal or SQLite) the budget is exact:
-counting and starting a trial happen under a lock beside the file. With a database server, processes that start
-trials at the same moment may start one each beyond the budget; such a trial is recorded as failed, with the user
-attribute ``fedhet_surplus``, and never run. A trial left running by a process that was killed is marked failed (and
-no longer counted) when a process on the same machine joins the study.
+counting and starting a trial happen under a lock beside the file (Optuna's symbolic-link lock, safe on NFS). With a
+database server, processes that start trials at the same moment may start one each beyond the budget; such a trial
+is recorded as failed, with the user attribute ``fedhet_surplus``, and never run. A trial left running by a process
+that was killed is marked failed (and no longer counted) when a process on the same machine joins the study.
 """
 
 from __future__ import annotations
@@ -32,13 +32,13 @@ import math
 import os
 import socket
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import optuna
-from filelock import FileLock
+from optuna.storages.journal import JournalFileSymlinkLock
 from optuna.trial import TrialState
 
 from fedhet.core.seeding import derive_seed
@@ -221,15 +221,29 @@ def _absolute(storage: str | None) -> str | None:
     return storage
 
 
-def _lock(storage: str | None) -> Any:
-    """A lock beside the storage's file (journal or SQLite), under which the budget is counted and a trial started."""
-    if storage is None:
-        return nullcontext()
-    if storage.endswith(JOURNAL_SUFFIXES):
-        return FileLock(f"{storage}.budget.lock")
-    if storage.startswith("sqlite:///") and len(storage) > len("sqlite:///"):
-        return FileLock(f"{storage[len('sqlite:///') :]}.budget.lock")
-    return nullcontext()
+@contextmanager
+def _symlink_lock(path: str) -> Iterator[None]:
+    """Optuna's journal-file lock (a symbolic link: safe on NFS) on ``path``; a holder's crash is cleared in 30 s."""
+    lock = JournalFileSymlinkLock(path, grace_period=30)
+    lock.acquire()
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def _lock(storage: str | None) -> Callable[[], AbstractContextManager[None]]:
+    """A lock beside the storage's file (journal or SQLite), under which the budget is counted and a trial started.
+
+    Returns a function giving a new context manager each time (the lock is not re-entrant); with no file, no lock.
+    """
+    if storage is not None and storage.endswith(JOURNAL_SUFFIXES):
+        path = f"{storage}.budget"
+    elif storage is not None and storage.startswith("sqlite:///") and len(storage) > len("sqlite:///"):
+        path = f"{storage[len('sqlite:///') :]}.budget"
+    else:
+        return nullcontext
+    return lambda: _symlink_lock(path)
 
 
 def _owner() -> str:
@@ -266,9 +280,11 @@ def _quiet_optuna() -> Iterator[None]:
         optuna.logging.set_verbosity(verbosity)
 
 
-def _start_trial(study: optuna.Study, n_trials: int, lock: Any) -> optuna.Trial | None:
+def _start_trial(
+    study: optuna.Study, n_trials: int, lock: Callable[[], AbstractContextManager[None]]
+) -> optuna.Trial | None:
     """Start the next trial if the study's budget allows it; ``None`` when ``n_trials`` are done or under way."""
-    with lock:
+    with lock():
         if len(study.get_trials(deepcopy=False, states=_COUNTED)) >= n_trials:
             return None
         trial = study.ask()
@@ -344,7 +360,7 @@ def tune(
     settings = {"startup_trials": pruner_startup_trials, "warmup_rounds": warmup_rounds}
     lock = _lock(storage)
     with _quiet_optuna():
-        with lock:
+        with lock():
             study = optuna.create_study(
                 study_name=study_name,
                 storage=open_storage(storage),
