@@ -98,7 +98,8 @@ def read_site_table(path: Path) -> SiteTable:
                 continue
             if len(row) != len(columns):
                 raise ValueError(
-                    f"{path.name} row {reader.line_num}: {len(row)} cells, but the header names {len(columns)} columns"
+                    f"{path.name} row {reader.line_num}: the header names {len(columns)} columns but this row has"
+                    f" {len(row)}"
                 )
             cells.append(tuple(cell.strip() for cell in row))
             lines.append(reader.line_num)
