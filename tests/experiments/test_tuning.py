@@ -1,5 +1,7 @@
 """Tuning on validation only: search spaces, seeded TPE, pruning a real federation, one study shared by processes."""
 
+import csv
+import json
 import multiprocessing
 import os
 import subprocess
@@ -16,7 +18,7 @@ from fedhet.experiments.tuning import OWNER_ATTR, SearchSpace, objective_value, 
 from fedhet.modules import FedAvg
 from fedhet.plugins import FederatedTrainer
 from tests.experiments import shared_study_worker as worker
-from tests.test_cli import FEDAVG
+from tests.test_cli import FEDAVG, tiny
 from tests.trainer_options import trainer_options
 
 X = SearchSpace.parse({"x": {"type": "float", "low": 0.0, "high": 1.0}}, "test")
@@ -185,6 +187,31 @@ def test_cli_args_add_the_callback_to_fedhet_fit(tmp_path, monkeypatch):
         0,
         "val/acc_worst",
     )
+
+
+@pytest.mark.slow
+def test_a_fedhet_fit_in_another_process_is_pruned_through_the_journal(tmp_path):
+    """Trial 0 reports a perfect accuracy every round; trial 1 runs `fedhet fit` with its cli_args and is pruned."""
+    storage = str(tmp_path / "study.log")
+    run_dirs = []
+
+    def objective(overrides, handle):
+        if handle.number == 0:
+            for step in range(3):
+                handle.report(1.0, step)
+            return 1.0
+        root = tmp_path / f"trial_{handle.number}"
+        command = [sys.executable, "-m", "fedhet", "fit", "-c", FEDAVG, *tiny(root, rounds=3), *handle.cli_args()]
+        subprocess.run(command, check=True, capture_output=True, cwd=tmp_path, timeout=300)
+        run_dirs.append(root / "version_0")
+        return 0.0
+
+    result = tune("fit", X, objective, n_trials=2, storage=storage, seed=0, pruner_startup_trials=1, warmup_rounds=0)
+    (run_dir,) = run_dirs
+    assert json.loads((run_dir / PRUNED_FILE).read_text())["round"] == 0
+    assert (result.trials[1].state, result.trials[1].pruned_round) == ("PRUNED", 0)
+    rounds = [row for row in csv.DictReader((run_dir / "metrics.csv").open()) if row.get("val/acc_mean")]
+    assert len(rounds) == 1  # stopped after the pruned round
 
 
 def test_cli_args_need_a_shared_storage():
