@@ -131,6 +131,15 @@ def test_text_labels_are_numbered_in_sorted_order_or_as_classes_says(tmp_path):
     rows = given.split_rows["s"]["train"]
     expected = [{"no": 0, "maybe": 1, "yes": 2}[["yes", "no", "maybe"][k % 3]] for k in rows]
     assert given.client("s").train_dataset.y.tolist() == expected
+    with pytest.raises(ValueError, match=r"field 'classes' must name each label once, got \['no', 'no', 'yes'\]"):
+        CSVFederation(str(tmp_path), label_column="outcome", classes=["no", "no", "yes"])
+
+
+def test_integer_classes_name_labels_written_as_numbers(tmp_path):
+    write(tmp_path / "s.csv", ["v", "y"], [[k, [1.0, 0.0][k % 2]] for k in range(10)])  # '1.0' is the label 1
+    data = CSVFederation(str(tmp_path), label_column="y", classes=[1, 0], val_fraction=0, test_fraction=0)
+    assert data.classes == ("1", "0")
+    assert data.client("s").train_dataset.y.tolist() == [k % 2 for k in range(10)]
 
 
 def test_integer_labels_are_class_indices_shared_by_every_site(tmp_path):

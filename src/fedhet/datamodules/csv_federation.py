@@ -113,7 +113,7 @@ class CSVFederation(FederatedDataModule):
         missing: what to do with a missing cell: ``"refuse"`` (an error naming it) or ``"mean"`` (numeric: the mean
             of the column's training rows; categorical: all zeros). A missing label is always refused.
         missing_values: the cells that count as missing.
-        classes: the labels in class-index order; by default as described above.
+        classes: the labels in class-index order (text or integers); by default as described above.
         standardize: whether numeric columns are standardised.
         val_fraction: share of each site's rows held out for validation.
         test_fraction: share of each site's rows held out for testing.
@@ -145,7 +145,7 @@ class CSVFederation(FederatedDataModule):
         categorical_columns: Sequence[str] = (),
         missing: MissingPolicy = "refuse",
         missing_values: Sequence[str] = MISSING_VALUES,
-        classes: Sequence[str] | None = None,
+        classes: Sequence[str | int] | None = None,
         standardize: bool = True,
         val_fraction: float = 0.1,
         test_fraction: float = 0.2,
@@ -271,11 +271,13 @@ class CSVFederation(FederatedDataModule):
 
 
 def _class_order(
-    tables: list[SiteTable], labels: list[list[str]], label_column: str, classes: Sequence[str] | None
+    tables: list[SiteTable], labels: list[list[str]], label_column: str, classes: Sequence[str | int] | None
 ) -> tuple[str, ...]:
     """Each class index's label: ``classes`` as given, else ``0..max`` for integer labels, else the sorted labels."""
     if classes is not None:
         known = {str(label) for label in classes}
+        if len(known) != len(classes) or not known:
+            raise ValueError(f"CSVFederation: field 'classes' must name each label once, got {list(classes)}")
         for table, site_labels in zip(tables, labels, strict=True):
             for i, label in enumerate(site_labels):
                 if label not in known:
