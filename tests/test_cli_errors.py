@@ -106,11 +106,11 @@ MISTAKES = {  # jsonargparse's report was 33 to 45 lines long for each of these 
     ),
     "csv-without-its-label-column": (
         lambda tmp_path: csv_federation(tmp_path, [("f1", "f2", "y"), (1, 2, 0)]),
-        "CSV file '{tmp_path}/site_b.csv': field 'label_column' is 'label', not a column of ['f1', 'f2', 'y']",
+        "site_b.csv: no label column 'label' (field 'label_column'); its columns are ['f1', 'f2', 'y']",
     ),
     "csv-with-a-string-column": (
         lambda tmp_path: csv_federation(tmp_path, [("f1", "f2", "label"), (1, 2, 0), (3, "x", 1)]),
-        "CSV file '{tmp_path}/site_b.csv', row 3: column 'f2' holds 'x', not a number",
+        "site_b.csv row 3 column 'f2': 'x' is not a number",
     ),
 }
 

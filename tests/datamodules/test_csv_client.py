@@ -40,10 +40,13 @@ def test_reads_features_and_labels_in_column_order(tmp_path):
 def test_bad_files_name_the_file_row_and_column(tmp_path):
     path = tmp_path / "bad.csv"
     path.write_text("a,b,label\n1,2,0\n3,x,1\n")
-    with pytest.raises(ValueError, match=r"row 3: column 'b' holds 'x', not a number"):
+    with pytest.raises(ValueError, match=r"^bad.csv row 3 column 'b': 'x' is not a number$"):
         read_labelled_csv(path, "label")
-    with pytest.raises(ValueError, match=r"field 'label_column' is 'y'"):
+    with pytest.raises(ValueError, match=r"^bad.csv: no label column 'y' \(field 'label_column'\); its columns are"):
         read_labelled_csv(path, "y")
+    path.write_text("a,label\n1,0\n2,0.5\n")
+    with pytest.raises(ValueError, match=r"^bad.csv row 3 column 'label': label '0.5' is not an integer$"):
+        read_labelled_csv(path, "label")
     with pytest.raises(FileNotFoundError, match="missing.csv"):
         CSVClientDataModule(str(tmp_path / "missing.csv"))
 

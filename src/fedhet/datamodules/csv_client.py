@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import csv
 import os
 from pathlib import Path
 
@@ -10,6 +9,7 @@ import torch
 from torch import Tensor
 
 from fedhet.datamodules.client import ClientDataModule
+from fedhet.datamodules.csv_table import as_number, check_label_column, read_site_table
 
 
 def read_labelled_csv(path: str | os.PathLike[str], label_column: str) -> tuple[Tensor, Tensor, list[str]]:
@@ -24,46 +24,29 @@ def read_labelled_csv(path: str | os.PathLike[str], label_column: str) -> tuple[
 
     Raises:
         FileNotFoundError: when the file does not exist.
-        ValueError: naming the file, row and column, when the label column is missing or a cell is not a number.
+        ValueError: in one line naming the file, row and column (``site_b.csv row 17 column 'age': 'abc' is not a
+            number``), when the label column is missing, a cell is not a number or a label not an integer.
 
     """
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"CSV file {str(path)!r} does not exist")
-    with path.open(newline="") as f:
-        reader = csv.reader(f)
-        header = next(reader, None)
-        if header is None or label_column not in header:
-            raise ValueError(
-                f"CSV file {str(path)!r}: field 'label_column' is {label_column!r}, not a column of {header}"
-            )
-        target = header.index(label_column)
-        names = [name for i, name in enumerate(header) if i != target]
-        features, labels = [], []
-        for row_number, row in enumerate(reader, start=2):
-            if not row:
-                continue
-            try:
-                values = [float(cell) for cell in row]
-            except ValueError:
-                bad = next(i for i, cell in enumerate(row) if not _is_number(cell))
-                raise ValueError(
-                    f"CSV file {str(path)!r}, row {row_number}: column {header[bad]!r} holds {row[bad]!r}, not a number"
-                ) from None
-            label = values.pop(target)
-            if label != int(label):
-                raise ValueError(f"CSV file {str(path)!r}, row {row_number}: label {label} is not an integer")
-            features.append(values)
-            labels.append(int(label))
-    return torch.tensor(features, dtype=torch.float32), torch.tensor(labels, dtype=torch.int64), names
-
-
-def _is_number(cell: str) -> bool:
-    try:
-        float(cell)
-    except ValueError:
-        return False
-    return True
+    table = read_site_table(Path(path))
+    check_label_column(table, label_column)
+    values = []
+    for i, row in enumerate(table.cells):
+        numbers = [as_number(cell) for cell in row]
+        bad = next((j for j, number in enumerate(numbers) if number is None), None)
+        if bad is not None:
+            raise ValueError(f"{table.where(i, table.columns[bad])}: {row[bad]!r} is not a number")
+        values.append(numbers)
+    target = table.columns.index(label_column)
+    x = torch.tensor(values, dtype=torch.float64).reshape(len(values), len(table.columns))
+    y = x[:, target]
+    not_integer = (y != y.round()).nonzero().flatten()
+    if len(not_integer) > 0:
+        i = int(not_integer[0])
+        raise ValueError(f"{table.where(i, label_column)}: label {table.cells[i][target]!r} is not an integer")
+    names = [name for name in table.columns if name != label_column]
+    features = [j for j, name in enumerate(table.columns) if name != label_column]
+    return x[:, features].float(), y.long(), names
 
 
 class CSVClientDataModule(ClientDataModule):

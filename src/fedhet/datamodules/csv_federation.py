@@ -18,6 +18,7 @@ from fedhet.datamodules.csv_table import (
     SiteTable,
     TextPolicy,
     as_number,
+    check_label_column,
     check_no_missing,
     column_kinds,
     encode_site,
@@ -245,11 +246,7 @@ class CSVFederation(FederatedDataModule):
             if client_id in seen:
                 raise ValueError(f"CSVFederation: two files are named {table.name!r}; client ids must be unique")
             seen[client_id] = table.name
-            if label_column not in table.columns:
-                raise ValueError(
-                    f"{table.name}: no label column {label_column!r} (field 'label_column'); its columns are"
-                    f" {list(table.columns)}"
-                )
+            check_label_column(table, label_column)
             if not table.cells:
                 raise ValueError(f"{table.name}: no data rows below the header")
         if label_column in drop_columns:

@@ -106,6 +106,24 @@ def read_site_table(path: Path) -> SiteTable:
     return SiteTable(path.name, columns, tuple(cells), tuple(lines))
 
 
+def check_label_column(table: SiteTable, label_column: str) -> None:
+    """Refuse a table without the label column.
+
+    Args:
+        table: the site's table.
+        label_column: the name its label column must have.
+
+    Raises:
+        ValueError: naming the file, the field and the file's columns.
+
+    """
+    if label_column not in table.columns:
+        raise ValueError(
+            f"{table.name}: no label column {label_column!r} (field 'label_column'); its columns are"
+            f" {list(table.columns)}"
+        )
+
+
 def as_number(cell: str) -> float | None:
     """The cell's finite number, or ``None`` when it holds none (text, ``inf``, ``nan``).
 
