@@ -87,3 +87,24 @@ def test_a_data_config_swaps_the_federation_of_a_method_s_config(name):
     section = yaml.safe_load(data_config.read_text())["data"]
     users = [path for path in (CONFIGS / "csv").glob("*.yaml") if yaml.safe_load(path.read_text())["data"] == section]
     assert users, f"no config of configs/csv uses the federation of {data_config.name}"
+
+
+def test_your_own_files_run_from_a_data_config_given_after_the_method_s(tmp_path):
+    sites = tmp_path / "hospitals"
+    sites.mkdir()
+    outcome = ["ill", "well"]
+    with (sites / "north.csv").open("w", newline="") as f:
+        csv.writer(f).writerows([["age", "bp", "outcome"], *([40 + k, 110 + k, outcome[k % 2]] for k in range(30))])
+    with (sites / "south.csv").open("w", newline="") as f:
+        smoker = ["yes", "no", "no"]
+        csv.writer(f).writerows(
+            [["age", "smoker", "outcome"], *([40 + k, smoker[k % 3], outcome[k % 2]] for k in range(30))]
+        )
+    mine = yaml.safe_load((CONFIGS / "data" / "heart_sites.yaml").read_text())
+    mine["data"]["init_args"].update(files=str(sites), label_column="outcome", drop_columns=[])
+    (tmp_path / "mine.yaml").write_text(yaml.safe_dump(mine))
+    root = tmp_path / "run"
+    args = ["fit", "-c", str(CONFIGS / "csv" / "heart_sites_flic.yaml"), "-c", str(tmp_path / "mine.yaml")]
+    main([*args, "--trainer.rounds", "1", "--trainer.default_root_dir", str(root), *METHODS["flic"]])
+    metrics = last_metrics(root)
+    assert {"val/acc/north", "val/acc/south"} <= set(metrics)
