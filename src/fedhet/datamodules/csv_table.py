@@ -247,8 +247,8 @@ def encode_site(
         cells = table.column(name)
         if kind == "categorical":
             values = sorted({cells[i] for i in train_rows.tolist()} - set(missing_values))
-            codes = torch.tensor([[cell == value for value in values] for cell in cells], dtype=torch.float64)
-            blocks.append(codes.reshape(len(cells), len(values)))
+            codes = np.asarray(cells, dtype=object)[:, None] == np.asarray(values, dtype=object)[None, :]
+            blocks.append(torch.from_numpy(codes.reshape(len(cells), len(values))).double())
             names += [f"{name}={value}" for value in values]
             continue
         numbers = [as_number(cell) for cell in cells]
