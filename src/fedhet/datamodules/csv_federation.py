@@ -87,8 +87,9 @@ class CSVFederation(FederatedDataModule):
 
     Each file has a header row of column names, then one sample per row. The label column must be in every file;
     every other column is a feature of that site, except those in ``drop_columns``. Client ids are the file names
-    without ``.csv``. All files are read and checked when the federation is built, so that a bad cell ends a command
-    before any training, with one line naming the file, row (the line of the file; the header is row 1) and column::
+    without ``.csv``. All files are read and checked when the federation is constructed, so that a bad cell ends a
+    command before any training, with one line naming the file, row (the line of the file; the header is row 1) and
+    column::
 
         ValueError: site_b.csv row 17 column 'age': 'abc' is not a number (name the column in categorical_columns ...)
 
