@@ -55,7 +55,7 @@ def test_a_subclass_that_changes_the_local_work_is_refused_by_name():
     own = built(OwnFLICStep(latent_dim=4, embedding_hidden_dims=[8], pretrain_epochs=1))
     assert stacking_refusal(own).startswith("OwnFLICStep overrides training_step")
     assert stacking_refusal(built(PreparesFirst(hidden_dims=[4]))) == (
-        "PreparesFirst defines preparation_phases and sets no stack_client_attributes"
+        "PreparesFirst defines preparation_phases and its stacking names no client_attributes"
     )
 
 

@@ -7,8 +7,8 @@ This package imports nothing else of fedhet (only torch), so every other package
   :meth:`ClientSpec.parse` holds a description from outside the process to (``spec``).
 * :class:`LocalPhase`, :class:`LocalTraining`, :class:`FederatedModuleProtocol` — the module contract the engine
   drives (``protocols``).
-* :class:`StackableModule`, :class:`BatchLossModule`, :class:`PenalisedModule`, :class:`RoundAware` — capabilities
-  a module may declare beyond the contract (``capabilities``).
+* :class:`Stacking`, :class:`StackableModule`, :class:`BatchLossModule`, :class:`PenalisedModule`,
+  :class:`RoundAware` — capabilities a module may declare beyond the contract (``capabilities``).
 * :class:`ClientUpdate`, :class:`ClientState`, :class:`ServerState`, :class:`ClientFailure`, :class:`RoundUploads`
   — what travels between clients and server and what each keeps (``state``).
 * :class:`FederatedData`, :class:`ClientData`, :class:`GlobalData` — what the engine reads of a federation's data
@@ -23,7 +23,7 @@ This package imports nothing else of fedhet (only torch), so every other package
   pruning rule, the marks of a pruned trial, validation metrics only (imported by module; Optuna lazily).
 """
 
-from fedhet.core.capabilities import BatchLossModule, PenalisedModule, RoundAware, StackableModule
+from fedhet.core.capabilities import BatchLossModule, PenalisedModule, RoundAware, StackableModule, Stacking
 from fedhet.core.data import ClientData, FederatedData, GlobalData
 from fedhet.core.hooks import Federation, FederationHooks, ServerAccess
 from fedhet.core.protocols import EngineModule, FederatedModuleProtocol, LocalPhase, LocalTraining
@@ -75,6 +75,7 @@ __all__ = [
     "ServerState",
     "SpecLimits",
     "StackableModule",
+    "Stacking",
     "TensorSpec",
     "UploadDeclaration",
     "derive_seed",

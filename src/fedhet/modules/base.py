@@ -13,7 +13,7 @@ from lightning.pytorch import LightningModule
 from torch import Tensor
 from torchmetrics import MetricCollection
 
-from fedhet.core import ClientSpec, LocalPhase, LocalTraining, UploadDeclaration
+from fedhet.core import ClientSpec, LocalPhase, LocalTraining, Stacking, UploadDeclaration
 from fedhet.plugins.aggregators import Aggregator, WeightedMean
 from fedhet.plugins.export import in_memory, read_client_checkpoint
 from fedhet.plugins.local_loop import computed_metrics
@@ -48,18 +48,6 @@ class FederatedModule(LightningModule):
     """``configure_optimizers()`` depends only on the module's hyperparameters and its parameters (not on the client
     or the round), so the engine may build the optimizers once per module and reset them for each client (state
     cleared, group settings restored) instead of building new ones: the same steps, less Python per client."""
-
-    stack_client_attributes: tuple[str, ...] | None = None
-    """For a module that defines ``sample_losses`` (the :class:`~fedhet.core.StackableModule` capability: the
-    per-sample training losses of a batch, whose mean is ``training_step``'s loss; such a module can train many clients
-    at once with ``FederatedTrainer(stack_clients=...)``, see :mod:`fedhet.plugins.stacked`): ``None``, or the names
-    of the attributes that ``on_train_start`` sets for the client it starts and that ``sample_losses``,
-    ``on_train_end`` or ``client_statistics`` read (e.g. FedPAC's own centroids; possibly none, e.g. HyFEM). A tuple
-    (the class that defines ``sample_losses`` also defining these hooks) lets the module train in stacks with its
-    hooks: the stacked path runs ``on_train_start`` for each client before its state is taken and its batches drawn,
-    keeps these attributes per client (its tensors among them replace the module's for that client under
-    ``torch.func.vmap``), and after the stack has trained loads each client back, restores them and runs
-    ``on_train_end`` and ``client_statistics``."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -105,6 +93,16 @@ class FederatedModule(LightningModule):
             _LOADING_SPEC.reset(token)
 
     # ---------------------------------------------------------------- the client
+    def stacking(self) -> Stacking | None:
+        """How this module's clients train many at once (``FederatedTrainer(runner=StackedRunner(N))``), or ``None``.
+
+        ``None`` (the default): they train one at a time. A module that writes its per-sample losses
+        (``sample_losses``) or its masked batch loss (``masked_loss``) returns a :class:`~fedhet.core.Stacking`
+        saying which of its attributes its local hooks set per client and what its steps draw; see
+        :mod:`fedhet.plugins.stacked`.
+        """
+        return None
+
     def setup_client(self, spec: ClientSpec) -> None:
         """Remember the client's description; ``configure_model()`` builds the layers it needs."""
         self._set_plain("client_spec", spec)

@@ -11,7 +11,7 @@ from torch import Tensor, nn
 from torchmetrics import MeanMetric, MetricCollection
 from torchmetrics.classification import MulticlassAccuracy
 
-from fedhet.core import ClientSpec
+from fedhet.core import ClientSpec, Stacking
 from fedhet.modules.base import FederatedModule
 from fedhet.modules.blocks import mlp
 from fedhet.modules.fedpac_nets import FEATURE_DIM, paper_body
@@ -131,6 +131,10 @@ class FederatedClassifier(FederatedModule):
         """Remember the parameters received for the round, the anchor of :meth:`local_penalty` (if defined)."""
         received = self.has_local_penalty
         self._set_plain("_received", {n: p.detach().clone() for n, p in self.named_parameters()} if received else None)
+
+    def stacking(self) -> Stacking | None:
+        """Its clients train in stacks with the masked mean of :meth:`sample_losses` (plus :meth:`local_penalty`)."""
+        return Stacking()
 
     def sample_losses(self, batch: tuple[Tensor, Tensor]) -> Tensor:
         """Cross-entropy of each of the batch's ``B`` samples, shape ``(B,)``; ``training_step`` takes their mean.

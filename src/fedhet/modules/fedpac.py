@@ -31,7 +31,7 @@ from fedhet.callbacks.fedpac import (
     HeadMixing,
     fedpac_upload,
 )
-from fedhet.core import ClientSpec, LocalPhase, TensorSpec, UploadDeclaration
+from fedhet.core import ClientSpec, LocalPhase, Stacking, TensorSpec, UploadDeclaration
 from fedhet.functional.centroids import (
     class_feature_sums,
     feature_alignment_loss,
@@ -76,8 +76,6 @@ class FedPAC(FedRep):
         **kwargs: other :class:`~fedhet.modules.FederatedClassifier` arguments.
 
     """
-
-    stack_client_attributes = ("_upload", "_own_centroids")  # set per client by on_train_start
 
     def __init__(
         self,
@@ -164,13 +162,17 @@ class FedPAC(FedRep):
         self.log("train/loss", loss, prog_bar=True)
         return loss
 
+    def stacking(self) -> Stacking | None:
+        """Its hooks run per client in stacks, keeping what ``on_train_start`` sets (the client's own centroids)."""
+        return Stacking(client_attributes=("_upload", "_own_centroids"))
+
     def sample_losses(self, batch: tuple[Tensor, Tensor]) -> Tensor:
         r"""Each sample's loss, shape ``(B,)``: cross-entropy, plus :math:`\lambda` times its alignment term (body).
 
         Their mean is :meth:`training_step`'s loss (the alignment term is a mean over the batch's samples, every class
         having a target: the global centroid or the client's own), so FedPAC can train clients in stacks
-        (``stack_clients``); the client's own centroids, set by :meth:`on_train_start`, are one of
-        :attr:`stack_client_attributes`, given to each client of a stack under ``torch.func.vmap``.
+        (``StackedRunner``); the client's own centroids, set by :meth:`on_train_start`, are one of the
+        ``client_attributes`` of its :meth:`stacking`, given to each client of a stack under ``torch.func.vmap``.
         """
         x, y = batch
         z = self.body(x)

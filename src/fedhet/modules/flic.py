@@ -30,7 +30,7 @@ from fedhet.callbacks.flic import (
     AnchorUpdate,
     flic_upload,
 )
-from fedhet.core import ClientSpec, LocalPhase, UploadDeclaration
+from fedhet.core import ClientSpec, LocalPhase, Stacking, UploadDeclaration
 from fedhet.functional.anchors import (
     anchor_sample_ce,
     draws_by_class,
@@ -168,8 +168,6 @@ class FLIC(FederatedClassifier):
     """
 
     reuse_optimizers = False  # configure_optimizers() copies the anchors each client received (optimizer 2)
-    stack_client_attributes = ("_upload", "_local_means", "_local_factors", "pretrain_history")
-    """Set per client before local training (the anchor copy, trained in stacks by optimizer 2) and read after."""
     anchor_means: Tensor  # buffers made by configure_model
     anchor_factors: Tensor
     pretrained: Tensor
@@ -488,9 +486,16 @@ class FLIC(FederatedClassifier):
         x, y, noise, align_noise, objective_noise = batch
         return self._terms(x, y, noise, mask, (align_noise, objective_noise)).loss
 
-    def stacking_refusal(self) -> str | None:
-        """None: FLIC stacks with every option (the stacked path itself refuses layers that draw, e.g. dropout)."""
-        return None
+    def stacking(self) -> Stacking | None:
+        """FLIC stacks with every option (the stacked path itself refuses layers that draw, e.g. dropout).
+
+        Its hooks run per client, keeping the attributes set before local training (the anchor copy, trained in
+        stacks by optimizer 2) and read after; its loss is :meth:`masked_loss`, each batch completed by
+        :meth:`step_draws`.
+        """
+        return Stacking(
+            client_attributes=("_upload", "_local_means", "_local_factors", "pretrain_history"), draws=self.step_draws
+        )
 
     def _terms(
         self,

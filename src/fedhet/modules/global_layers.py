@@ -54,7 +54,7 @@ from torch import Tensor, nn
 from torchmetrics import MeanMetric, MetricCollection
 
 from fedhet.callbacks.batch_alignment import BatchAlignment
-from fedhet.core import ClientSpec, LocalPhase
+from fedhet.core import ClientSpec, LocalPhase, Stacking
 from fedhet.modules.base import FederatedModule
 from fedhet.modules.metrics import ClientMetric
 from fedhet.plugins.aggregators import Aggregator, WeightedMean
@@ -365,6 +365,10 @@ class GlobalLayers(FederatedModule):
         loss = self.loss(self(x), self.head_targets(y))
         self.log("train/loss", loss, prog_bar=True)
         return loss
+
+    def stacking(self) -> Stacking | None:
+        """Its clients train in stacks with the masked mean of :meth:`sample_losses`."""
+        return Stacking()
 
     def sample_losses(self, batch: tuple[Tensor, Tensor]) -> Tensor:
         """Each sample's loss, shape ``(B,)``; their mean is :meth:`training_step`'s loss.

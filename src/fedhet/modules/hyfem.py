@@ -21,7 +21,7 @@ from lightning.pytorch import Callback
 from torch import Tensor, nn
 
 from fedhet.callbacks.hyfem import EXTRACTORS, STAT_PREFIX, ModelMatching, anchor_key, hyfem_upload
-from fedhet.core import ClientSpec, TensorSpec, UploadDeclaration
+from fedhet.core import ClientSpec, Stacking, TensorSpec, UploadDeclaration
 from fedhet.functional.matching import CostMode
 from fedhet.functional.proximal import proximal_penalty
 from fedhet.modules.classifier import FederatedClassifier
@@ -60,7 +60,6 @@ class HyFEM(FederatedClassifier):
     """
 
     shared = ()
-    stack_client_attributes = ()  # its hooks run per client in stacks (restart from the anchors, round count)
 
     rounds_trained: Tensor  # a buffer: the rounds this client has trained
 
@@ -170,6 +169,10 @@ class HyFEM(FederatedClassifier):
             loss = loss + self.mu1 * r1 + self.mu2 * r2
         self.log("train/loss", loss, prog_bar=True)
         return loss
+
+    def stacking(self) -> Stacking | None:
+        """Its hooks run per client in stacks (restart from the anchors, round count); they set no attribute."""
+        return Stacking(client_attributes=())
 
     def sample_losses(self, batch: tuple[Tensor, Tensor]) -> Tensor:
         """Each sample's cross-entropy plus the two proximal terms, shape ``(B,)``; their mean is the step's loss.

@@ -1,10 +1,10 @@
 """Training many clients of one architecture at once: their tensors stacked along a client axis, under ``torch.func``.
 
 For small models the engine's time per client goes mostly to Python bookkeeping: loading the client into the module,
-an optimizer per client, a few small steps. With ``FederatedTrainer(stack_clients=N)`` the clients of a round that a
-process owns train in stacks of up to ``N``. Every tensor of their state is stacked into one ``(K, ...)`` leaf; each
-client's loss is the masked mean of the module's per-sample losses (``sample_losses``), plus its
-``local_penalty`` where the module has one (FedProx), computed by
+an optimizer per client, a few small steps. With ``FederatedTrainer(runner=StackedRunner(N))`` the clients of a
+round that a process owns train in stacks of up to ``N``. Every tensor of their state is stacked into one
+``(K, ...)`` leaf; each client's loss is the masked mean of the module's per-sample losses (``sample_losses``), plus
+its ``local_penalty`` where the module has one (FedProx), computed by
 ``torch.func.functional_call`` of the module with that client's slices and vectorised over the clients by
 ``torch.func.vmap`` (PyTorch's ``torch.func``, after JAX's ``vmap``); one ``backward`` of the sum of the clients'
 losses gives each slice exactly its own client's gradient, and one optimizer of the module's own kind and settings
@@ -18,17 +18,17 @@ are padded with zero rows that the loss leaves out. :func:`stacking_refusal` lis
 
 A module whose local hooks do per-client work (FedPAC: statistics of the received body before training, centroids of
 the trained one after, uploaded as ``client_statistics()``; HyFEM: a restart from its anchors, a round counter, its
-whole model uploaded) sets ``stack_client_attributes`` to the names of the attributes those hooks set (possibly
-none): each client's ``on_train_start`` then runs before its state is taken and its batches are drawn (as in the
-sequential path), those attributes are kept per client (tensors among them go to ``sample_losses`` under ``vmap``),
+whole model uploaded) names in its ``stacking()`` the ``client_attributes`` those hooks set (possibly none): each
+client's ``on_train_start`` then runs before its state is taken and its batches are drawn (as in the sequential
+path), those attributes are kept per client (tensors among them go to ``sample_losses`` under ``vmap``),
 and each trained client is loaded back for its ``on_train_end`` and ``client_statistics()``. A module that keeps its
 optimizer state between rounds (Global Layers' AdamW) has its clients' states stacked into the stack's optimizer and
 split back after; clients join one stack only if their states agree on the scalars (step counts).
 
 A module may have several optimizers (each element-wise): each phase steps the ones it names, as on the sequential
 path, each over the stacked leaves of its own parameters; an optimizer may also step tensors the module holds as
-attributes listed in ``stack_client_attributes`` (made per client by its ``configure_optimizers()``), which then
-become trained leaves of their own. FLIC (Rakotomamonjy et al., TMLR 2024) stacks this way:
+attributes named in its stacking's ``client_attributes`` (made per client by its ``configure_optimizers()``), which
+then become trained leaves of their own. FLIC (Rakotomamonjy et al., TMLR 2024) stacks this way:
 
 * its **preparation phases** (pre-training of the embedding at a client's first participation, re-alignment at later
   ones: rare, with their own Adam and batch size) run for each client, one at a time with its ``training_step``,
@@ -36,15 +36,15 @@ become trained leaves of their own. FLIC (Rakotomamonjy et al., TMLR 2024) stack
   optimizers built, ``on_train_start``), the preparation phases run, and its state is taken after them; their loss and
   steps join its metrics. Only the regular local phases are stacked;
 * its **anchor copy** (``anchor_update="code"``: a copy of the received anchor means, made by
-  ``configure_optimizers()`` and stepped by a second Adam in every local phase) is one of its
-  ``stack_client_attributes``: each client's copy becomes a ``(K, C, k)`` leaf, stepped by an Adam over the stacked
+  ``configure_optimizers()`` and stepped by a second Adam in every local phase) is one of its stacking's
+  ``client_attributes``: each client's copy becomes a ``(K, C, k)`` leaf, stepped by an Adam over the stacked
   leaves (K independent ones), and each client's trained copy is handed back to its ``on_train_end``, which uploads it;
 * its **loss is not a mean of per-sample losses** (the :math:`W_2^2` between anchors and the batch's class moments):
   it is a :class:`~fedhet.core.BatchLossModule`, whose ``masked_loss(batch, mask)`` the stacked path calls under
   ``vmap``; the classes a batch holds are a presence mask over all :math:`C` classes, not a data-dependent ``unique``
   (:mod:`fedhet.functional.anchors`); its sequential ``training_step`` computes the same functions on the batch's
   classes only;
-* its **random anchor samples** are drawn with the batch (``step_draws``): the numbers the sequential
+* its **random anchor samples** are drawn with the batch (its stacking's ``draws``): the numbers the sequential
   ``training_step`` draws (:math:`J` for each class of the batch, after the forward pass, which in a stack draws
   nothing), placed in a ``(J, C, k)`` layout, so both take the same numbers from the same stream in the same order.
 
@@ -60,7 +60,6 @@ A FLIC with a layer that draws random numbers (dropout: the digits CNN's by defa
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -77,13 +76,12 @@ from torch.nn.modules.dropout import _DropoutNd
 from torch.optim import SGD, Adagrad, Adam, Adamax, AdamW, NAdam, Optimizer, RAdam, RMSprop
 
 from fedhet.core import (
-    BatchLossModule,
     EngineModule,
     LocalPhase,
     LocalTraining,
     PenalisedModule,
     RoundUploads,
-    StackableModule,
+    Stacking,
     to_cpu,
 )
 from fedhet.core.seeding import generator_states, rng_preserved, seeded, set_generator_states
@@ -107,42 +105,47 @@ _LOSS_HOOKS = ("training_step", "on_train_start", "on_train_end", "client_statis
 """The hooks a subclass below ``sample_losses`` must not override; only the first when the hooks run in stacks."""
 
 
+_LOSSES = {"sample_losses": "per-sample losses of a batch", "masked_loss": "loss of a zero-padded batch"}
+
+
 def stacking_refusal(module: EngineModule) -> str | None:
     """Why ``module`` cannot train clients in stacks with the sequential path's results, or ``None`` if it can.
 
-    A stackable module (its layers built) has a ``sample_losses`` method, and no subclass below the class that defines
-    it overrides ``training_step``, nor, unless it sets ``stack_client_attributes`` (then the stacked path runs them
+    A stackable module (its layers built) declares a :class:`~fedhet.core.Stacking` (``stacking()``) and has a
+    ``sample_losses`` method, and no subclass below the class that defines it overrides ``training_step``, nor,
+    unless its stacking names ``client_attributes`` (then the stacked path runs them
     for each client), ``on_train_start``, ``on_train_end``, ``client_statistics`` or ``receive_statistics`` (their
     work would be lost; a term that ``training_step`` adds to the mean loss belongs in ``local_penalty``, which the
-    stacked path adds for each client, e.g. FedProx's proximal term); it uploads no statistics unless it sets
-    ``stack_client_attributes``, holds no layer that draws random numbers or normalises with batch statistics in the
+    stacked path adds for each client, e.g. FedProx's proximal term); it uploads no statistics unless its stacking
+    names ``client_attributes``, holds no layer that draws random numbers or normalises with batch statistics in the
     mode it trains in (dropout, BatchNorm in training mode: per-client results could not match; a BatchNorm in
     inference mode, as Global Layers keeps them, is an affine map of each client's own buffers), and its
     ``configure_optimizers()`` gives only :data:`ELEMENTWISE_OPTIMIZERS`. A :class:`~fedhet.core.BatchLossModule`
-    (FLIC) stands for ``sample_losses`` with ``masked_loss`` and may refuse options of its own
-    (``stacking_refusal()``); ``preparation_phases`` (FLIC's pre-training) need ``stack_client_attributes``: they run
+    (FLIC: its stacking has ``draws``) stands for ``sample_losses`` with ``masked_loss``; the stacking's ``refusal``
+    refuses options of its own; ``preparation_phases`` (FLIC's pre-training) need ``client_attributes``: they run
     for each client, sequentially, before it joins a stack.
     """
-    if not isinstance(module, StackableModule):
-        return "it has no sample_losses method (the per-sample losses of a batch)"
+    stacking = _stacking(module)
+    loss = "masked_loss" if stacking is not None and stacking.draws is not None else "sample_losses"
+    if not callable(getattr(module, loss, None)):
+        return f"it has no {loss} method (the {_LOSSES[loss]})"
+    if stacking is None:
+        return f"its stacking() gives None: it declares no Stacking for its {loss}"
     mro = type(module).__mro__
-    loss = "masked_loss" if isinstance(module, BatchLossModule) else "sample_losses"
     owner = next(cls for cls in mro if loss in cls.__dict__)
-    hooks_run = _client_attributes(module) is not None
+    hooks_run = stacking.client_attributes is not None
     for cls in mro[: mro.index(owner)]:
         hooks = [hook for hook in _LOSS_HOOKS[: 1 if hooks_run else None] if hook in cls.__dict__]
         if hooks:
             return f"{cls.__name__} overrides {', '.join(hooks)}, which the stacked path does not call"
     preparing = next((cls for cls in mro[: mro.index(owner) + 1] if "preparation_phases" in cls.__dict__), None)
     if preparing is not None and not hooks_run:
-        return f"{preparing.__name__} defines preparation_phases and sets no stack_client_attributes"
-    refusal = _layer_refusal(module)
-    if refusal is None and isinstance(module, BatchLossModule):
-        refusal = module.stacking_refusal()
+        return f"{preparing.__name__} defines preparation_phases and its stacking names no client_attributes"
+    refusal = _layer_refusal(module) or stacking.refusal
     if refusal is not None:
         return refusal
     if module.client_statistics() and not hooks_run:
-        return "it uploads client_statistics() and sets no stack_client_attributes"
+        return "it uploads client_statistics() and its stacking names no client_attributes"
     return next(filter(None, map(_optimizer_refusal, local_optimizers(module))), None)
 
 
@@ -227,13 +230,14 @@ class _SampleLosses(nn.Module):
     """A client's loss on a padded batch as a ``forward`` (``torch.func.functional_call`` calls ``forward``).
 
     The mean of ``module.sample_losses`` over the real rows, or a :class:`~fedhet.core.BatchLossModule`'s
-    ``masked_loss``.
+    ``masked_loss`` (a stacking with ``draws``).
     """
 
     def __init__(self, module: EngineModule) -> None:
         super().__init__()
         self.module: Any = module  # a stackable module: it has sample_losses (and maybe local_penalty, masked_loss)
-        self.batch_loss = _batch_loss(type(module))
+        stacking = _stacking(module)
+        self.batch_loss = stacking is not None and stacking.draws is not None
 
     def forward(self, batch: Sequence[Tensor], mask: Tensor) -> Tensor:
         if self.batch_loss:
@@ -473,7 +477,7 @@ class _Ready:
     batches: list[list[Any]]
     loader: Iterable[Any]
     attributes: dict[str, Any] | None
-    """What the module's ``on_train_start`` set (``stack_client_attributes``); ``None``: its hooks are not run."""
+    """What the module's ``on_train_start`` set (its stacking's ``client_attributes``); ``None``: hooks not run."""
     prepared: dict[str, float]
     """The metrics of the client's preparation phases (its logs, phase losses and steps), run before it joined."""
     optimizer: dict[str, Any] | None = None
@@ -484,7 +488,7 @@ class _Ready:
 
 
 class StackedRunner(LocalRunner):
-    """Trains a round's clients in stacks of up to ``size`` with :func:`train_stack` (``stack_clients=size``).
+    """Trains a round's clients in stacks of up to ``size`` with :func:`train_stack` (``StackedRunner(size)``).
 
     A started client (its module holding its state) gives its state and its batches, drawn from its own
     ``train_dataloader()`` under the seed of the sequential path, and joins the open stack of its architecture, phases
@@ -505,12 +509,14 @@ class StackedRunner(LocalRunner):
         """Draw the client's batches and add it to its stack; train the stack when it is full."""
         module = job.slot.module
         phases = module.local_phases()
-        names = _client_attributes(module)
+        stacking = _stacking(module)
+        names = stacking.client_attributes if stacking is not None else None
         devices = [context.fabric.device]
         with seeded(context.fit_seed(job.client_id, job.round_idx), devices):
             loader = context.client_data(job.client_id).train_dataloader()
             attributes, prepared = _prepare(context, job, loader, names) if names is not None else (None, {})
-            batches = [list(_step_batches(context, module, loader, phase)) for phase in phases]
+            draws = stacking.draws if stacking is not None else None
+            batches = [list(_step_batches(context, loader, phase, draws)) for phase in phases]
             generators = generator_states(devices) if names is not None else None
         state = {name: tensor.detach().clone() for name, tensor in job.slot.tensors().items()}
         kept = context.store[job.client_id].optimizer if module.keep_optimizer_state else None
@@ -572,24 +578,14 @@ def _scalar_state(state: Mapping[str, Any] | None) -> tuple[Any, ...] | None:
     )
 
 
-@functools.cache
-def _batch_loss(cls: type) -> bool:
-    """Whether ``cls`` is a :class:`~fedhet.core.BatchLossModule`, checked once per class.
+def _stacking(module: EngineModule) -> Stacking | None:
+    """The module's ``stacking()`` (``None``: it declares none, or has no such hook).
 
-    A protocol's ``isinstance`` costs ~7 µs: once per batch of every client it was a large part of a small client's
-    time in a stack.
+    Called, not checked through the :class:`~fedhet.core.StackableModule` protocol's ``isinstance`` (~7 µs, once per
+    client of every stack): ``check_stacking`` has checked the module before any training.
     """
-    return issubclass(cls, BatchLossModule)
-
-
-def _client_attributes(module: EngineModule) -> tuple[str, ...] | None:
-    """The module's ``stack_client_attributes``: ``None`` when its local hooks are not run in stacks (or it has none).
-
-    Read as an attribute, not through the :class:`~fedhet.core.StackableModule` protocol's ``isinstance`` (~7 µs, once
-    per client of every stack): ``check_stacking`` has checked the protocol before any training.
-    """
-    names = getattr(module, "stack_client_attributes", None)
-    return tuple(names) if names is not None else None
+    hook = getattr(module, "stacking", None)
+    return cast(Stacking | None, hook()) if callable(hook) else None
 
 
 def _prepare(
@@ -620,15 +616,15 @@ def _prepare(
 
 
 def _step_batches(
-    context: ClientContext, module: EngineModule, loader: Iterable[Any], phase: LocalPhase
+    context: ClientContext, loader: Iterable[Any], phase: LocalPhase, draws: Callable[[Any, str | None], Any] | None
 ) -> Iterator[Any]:
     """A client's batches of a local phase, on the device, each with its step's random draws (if any).
 
-    A :class:`~fedhet.core.BatchLossModule` draws them (``step_draws``) right after each batch is drawn: the numbers
-    its ``training_step`` draws on the sequential path, from the same stream (nothing else in a stacked step draws).
+    A :class:`~fedhet.core.BatchLossModule` draws them (its stacking's ``draws``) right after each batch is drawn: the
+    numbers its ``training_step`` draws on the sequential path, from the same stream (nothing else in a stacked step
+    draws).
     """
     move = context.fabric.device.type != "cpu"
-    draws = cast(BatchLossModule, module).step_draws if _batch_loss(type(module)) else None
     for batch in phase_batches(phase_loader(loader, phase), phase, context.local_epochs, context.local_steps):
         if move:
             batch = context.fabric.to_device(batch)
