@@ -154,6 +154,26 @@ def test_callbacks_added_to_the_parser_reach_the_trainer(no_data):
     assert callback.force is True
 
 
+@pytest.mark.parametrize(
+    ("options", "expected"),
+    [
+        (["--trainer.logger=TensorBoardLogger", "--trainer.logger.init_args.save_dir=tb"], "TensorBoardLogger"),
+        (["--trainer.logger=CSVLogger", "--trainer.logger.init_args.save_dir=csv"], "CSVLogger"),
+    ],
+)
+def test_a_logger_short_name_is_lightnings_logger(options, expected, no_data, tmp_path):
+    if expected == "TensorBoardLogger":
+        pytest.importorskip("tensorboard", reason="the tensorboard extra")
+    import lightning.fabric.loggers as fabric_loggers
+    import lightning.pytorch.loggers as lightning_loggers
+
+    (logger,) = FederatedCLI(args=["-c", FEDAVG, *options], run=False).trainer.loggers
+    assert type(logger) is getattr(lightning_loggers, expected)  # Fabric's class of the same name is not ambiguous
+    full = [f"--trainer.logger=lightning.fabric.loggers.{expected}", "--trainer.logger.init_args.root_dir=f"]
+    (logger,) = FederatedCLI(args=["-c", FEDAVG, *full], run=False).trainer.loggers
+    assert type(logger) is getattr(fabric_loggers, expected)  # and Fabric's is there by its full path
+
+
 def test_stacked_clients_from_the_command_line(no_data, capsys):
     stacked = FederatedCLI(args=["-c", FEDAVG, "--trainer.processes.stack_clients", "64"], run=False).trainer.runner
     assert isinstance(stacked, StackedRunner)

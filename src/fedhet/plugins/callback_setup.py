@@ -7,12 +7,19 @@ from typing import Any
 
 from lightning.fabric.loggers.logger import Logger
 from lightning.pytorch import Callback, LightningModule
+from lightning.pytorch.loggers import Logger as LightningLogger
 from lightning.pytorch.loggers import WandbLogger
 
 from fedhet.plugins.server_step import check_server_order
 
+#: What the trainer's ``logger`` takes: a Lightning logger or any Fabric logger. Lightning's logger base comes first so
+#: that a config's short class name (``TensorBoardLogger``, ``CSVLogger``), which Fabric's logger of the same name
+#: would make ambiguous, resolves to Lightning's (``lightning.pytorch.loggers``, as ``WandbLogger`` does); Fabric's
+#: are still accepted by their full path (``lightning.fabric.loggers.TensorBoardLogger``).
+TrainerLogger = LightningLogger | Logger
 
-def user_loggers(logger: Logger | Iterable[Logger] | bool | None) -> list[Logger]:
+
+def user_loggers(logger: TrainerLogger | Iterable[TrainerLogger] | bool | None) -> list[Logger]:
     """The loggers a user passed as the trainer's ``logger`` (``True``/``False``: none yet).
 
     ``True`` asks for the default CSV logger, which the trainer makes at launch, once the version folder it writes

@@ -21,7 +21,7 @@ from fedhet.core import (
     ServerState,
 )
 from fedhet.plugins.aggregators import Aggregator
-from fedhet.plugins.callback_setup import federation_callbacks, user_loggers
+from fedhet.plugins.callback_setup import TrainerLogger, federation_callbacks, user_loggers
 from fedhet.plugins.callback_state import callback_states, load_callback_states
 from fedhet.plugins.checkpoint import (
     check_checkpoint_matches,
@@ -117,7 +117,8 @@ class FederatedTrainer:
             there (:mod:`fedhet.plugins.run_folder`); a resumed ``fit`` goes on in its checkpoint's folder and
             ``export`` writes beside the run it exports. A command holds its folder under a lock until it ends: a
             second command on a held folder is refused, naming the holder.
-        logger: a Lightning/Fabric logger or a list of them; ``True`` for a CSV logger, ``False`` for none.
+        logger: a Lightning/Fabric logger or a list of them; ``True`` for a CSV logger, ``False`` for none. A short
+            class name (``TensorBoardLogger``, ``CSVLogger``, ``WandbLogger``) is Lightning's logger of that name.
         callbacks: federation callbacks (merged with the module's ``configure_callbacks()``); Lightning's
             ``ModelCheckpoint`` and ``EarlyStopping`` act at round granularity
             (:mod:`fedhet.callbacks.lightning_adapters`), any other Lightning callback is refused.
@@ -158,7 +159,7 @@ class FederatedTrainer:
         seed: int = 0,
         sampler: ClientSampler | None = None,
         default_root_dir: str = "fedhet_runs",
-        logger: Logger | Iterable[Logger] | bool = True,
+        logger: TrainerLogger | Iterable[TrainerLogger] | bool = True,
         callbacks: list[Callback] | None = None,
         upload_checks: list[UploadCheck] | None = None,
         server_update: Aggregator | UploadPrivacy | ServerUpdate | None = None,
