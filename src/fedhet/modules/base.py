@@ -219,6 +219,18 @@ class FederatedModule(LightningModule):
         """Local training on a throw-away copy before each evaluation (none by default)."""
         return []
 
+    def new_client_phases(self) -> list[LocalPhase]:
+        """What a client that joins after training adapts, from the final federation (its personal parameters).
+
+        The engine runs these phases for each client held out of training
+        (:class:`~fedhet.plugins.sampling.NewClients`), each for the same ``adapt_epochs`` epochs whatever the
+        method, before scoring it as ``test_new/...``. By default every parameter the module keeps personal trains
+        (FedRep's, FedPer's and FedPAC's head, Global Layers' own layers); a module without personal parameters
+        adapts as its :meth:`adaptation_phases` say (FedAvg-FT's fine-tuning; none for plain FedAvg).
+        """
+        personal = tuple(name for name, _ in self.named_parameters() if not self.is_shared(name))
+        return [LocalPhase("new_client", personal)] if personal else self.adaptation_phases()
+
     def set_local_phase(self, phase: LocalPhase | None) -> None:
         """Record ``phase`` as :attr:`local_phase` and freeze every parameter it does not train (``None``: all train).
 

@@ -570,6 +570,24 @@ class FLIC(FederatedClassifier):
         batch_size = self.pretrain_batch_size
         return [LocalPhase(name, EMBEDDING, epochs, optimizer=1, batch_size=batch_size, loss_key="train/pretrain_loss")]
 
+    def new_client_phases(self) -> list[LocalPhase]:
+        r"""A client joining after training: :math:`\phi` pre-trained towards the anchors, then :math:`(\phi, \beta)`.
+
+        As the paper's new clients do (Supplement S1.4): the server sends :math:`\alpha^{(T)}` and the anchors, the
+        client pre-trains its embedding towards them, then trains its head and fine-tunes its embedding; no new
+        federated run is needed. The phases are those of :meth:`preparation_phases` at a first participation and of
+        :meth:`local_phases`, each run for the engine's new-client budget; a module that never pre-trains
+        (``pretrain_epochs=0``: :class:`HetFedRep`, :class:`HetLocal`) runs the personal phase alone.
+        """
+        optimizer = (0, 2) if self.code_anchor_update else 0
+        phases = [LocalPhase("local", PERSONAL, optimizer=optimizer)]
+        if not self.pretrain_epochs:
+            return phases
+        batch_size = self.pretrain_batch_size
+        loss_key = "train/pretrain_loss"
+        pretrain = LocalPhase(ALIGNMENT_PHASES[0], EMBEDDING, optimizer=1, batch_size=batch_size, loss_key=loss_key)
+        return [pretrain, *phases]
+
     def set_local_phase(self, phase: LocalPhase | None) -> None:
         """Remember the phase (the representation phase skips the alignment term), then freeze as the base does.
 

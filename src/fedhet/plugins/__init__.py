@@ -6,7 +6,7 @@ from fedhet.plugins.options import Checkpointing, ClientStates, Faults, Processe
 from fedhet.plugins.policies import FiniteUpload, PlainUpdate, PrivateUpdate, ServerUpdate, TimeBudget, UploadCheck
 from fedhet.plugins.privacy import UploadPrivacy
 from fedhet.plugins.runners import ClientRunner, SequentialRunner
-from fedhet.plugins.sampling import ClientSampler, FullParticipation, UniformSampler
+from fedhet.plugins.sampling import ClientSampler, FullParticipation, NewClients, UniformSampler
 from fedhet.plugins.stacked import StackedRunner
 from fedhet.plugins.trainer import FederatedTrainer
 
@@ -25,6 +25,7 @@ __all__ = [
     "FiniteUpload",
     "FullParticipation",
     "LocalPhase",
+    "NewClients",
     "PlainUpdate",
     "PrivateUpdate",
     "Processes",

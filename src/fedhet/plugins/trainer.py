@@ -45,13 +45,14 @@ from fedhet.plugins.fingerprint import fingerprint_differences
 from fedhet.plugins.heap import retain_freed_memory
 from fedhet.plugins.hooks import CallbackHooks
 from fedhet.plugins.launcher import use_start_method
+from fedhet.plugins.new_clients import NEW_CLIENT_STAGE, evaluate_new_clients
 from fedhet.plugins.options import Checkpointing, ClientStates, Faults, Processes, Reporting
 from fedhet.plugins.policies import FailureBudget, PlainUpdate, PrivateUpdate, ServerUpdate, UploadCheck
 from fedhet.plugins.policy_setup import resolve_policies
 from fedhet.plugins.privacy import UploadPrivacy
 from fedhet.plugins.run_folder import RunCSVLogger, RunFolder, RunFolderHeldError, version_of
 from fedhet.plugins.runners import ClientRunner
-from fedhet.plugins.sampling import ClientSampler, FullParticipation
+from fedhet.plugins.sampling import ClientSampler, FullParticipation, NewClients
 from fedhet.plugins.server_step import check_server_state, run_server_hook
 from fedhet.plugins.stacked import StackedRunner, check_stacking
 from fedhet.plugins.summaries import evaluation_metrics, merge_uploads, training_metrics
@@ -258,7 +259,11 @@ class FederatedTrainer:
         return self._evaluate_only("val", model, datamodule, ckpt_path)
 
     def test(self, model: LightningModule, datamodule: FederatedData, ckpt_path: str | None = None) -> dict[str, float]:
-        """Evaluate every client's personalised model on its test split."""
+        """Evaluate every client's personalised model on its test split.
+
+        With a :class:`~fedhet.plugins.sampling.NewClients` sampler, the clients it held out of training are left out
+        of ``test/...``; each adapts from the final federation and is scored in ``test_new/...``.
+        """
         return self._evaluate_only("test", model, datamodule, ckpt_path)
 
     def client_module(self, client_id: str) -> LightningModule:
@@ -474,6 +479,8 @@ class FederatedTrainer:
         self._client_ids = list(self._context.client_ids)
         self._index = {cid: i for i, cid in enumerate(self._client_ids)}
         self.sampler.validate(len(self._client_ids))
+        new = self.sampler
+        self._held_out = set(new.held_out(self._client_ids, self.seed)) if isinstance(new, NewClients) else set()
         self._server_update: ServerUpdate = self.server_update or PlainUpdate(module.configure_aggregator())
         if not self._has_state:
             self._init_server()
@@ -554,7 +561,7 @@ class FederatedTrainer:
         A client whose evaluation raises (e.g. its data loader fails) is left out of the summaries, named in the log
         and counted in ``clients/{stage}_failed``; the run goes on.
         """
-        owned = [cid for cid in self._client_ids if self.owns(cid)]
+        owned = [cid for cid in self._client_ids if self.owns(cid) and cid not in self._held_out]
         evaluations, failed = self.runner.evaluate(self.context, owned, stage, round_idx)
         gathered = gather_objects(self._fabric, (evaluations, failed))
         metrics = evaluation_metrics(gathered, stage, self.reporting.per_client)
@@ -562,6 +569,20 @@ class FederatedTrainer:
             return {}
         self._hooks("on_evaluation_end", stage=stage, round_idx=round_idx, metrics=metrics)
         return metrics
+
+    def _evaluate_new_clients(self, round_idx: int) -> dict[str, float]:
+        """The clients held out of training (:class:`~fedhet.plugins.sampling.NewClients`), adapted and scored.
+
+        Each process adapts the held-out clients it owns from the federation as it stands
+        (:mod:`fedhet.plugins.new_clients`); the summaries over all of them are ``test_new/...``.
+        """
+        if not isinstance(self.sampler, NewClients):
+            return {}
+        owned = [cid for cid in self._client_ids if cid in self._held_out and self.owns(cid)]
+        evaluations = evaluate_new_clients(self.context, owned, self.sampler.adapt_epochs, round_idx)
+        no_failures: list[str] = []
+        gathered = gather_objects(self._fabric, (evaluations, no_failures))
+        return evaluation_metrics(gathered, NEW_CLIENT_STAGE, self.reporting.per_client)
 
     def _resumable(self, path: Path | None) -> dict[str, Any] | None:
         """The checkpoint a ``fit`` resumes, if any; a logger version naming a folder outside the run is refused."""
@@ -599,6 +620,8 @@ class FederatedTrainer:
     ) -> dict[str, float]:
         self._load_trained("validate" if stage == "val" else "test", model, datamodule, ckpt_path)
         metrics = self._evaluate(stage, self.current_round)
+        if stage == "test":
+            metrics.update(self._evaluate_new_clients(self.current_round))
         self._fabric.log_dict(metrics, step=self.current_round)
         for logger in self._fabric.loggers:
             logger.save()
