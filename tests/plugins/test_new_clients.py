@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import sys
 
 import pytest
 import torch
@@ -14,7 +15,9 @@ from fedhet.datamodules import FederatedDataModule
 from fedhet.modules import FLIC, FedAvg, FedRep, GlobalLayers
 from fedhet.plugins import FederatedTrainer, NewClients, Processes, Reporting, UniformSampler
 from fedhet.plugins.new_clients import adapt_new_client, evaluate_new_clients, new_client_module
+from fedhet.cli import main
 from tests.conftest import make_client
+from tests.test_cli import FEDAVG, read_logs, tiny
 
 
 class FitSpy(FederatedCallback):
@@ -178,3 +181,17 @@ def test_each_method_adapts_what_it_keeps_personal(tmp_path, method):
     assert names
     assert names == {name.split("/")[1].rsplit("_", 1)[0] for name in summaries if name.startswith("test/")}
     assert all(0.0 <= metrics[f"test_new/{n}_worst"] <= metrics[f"test_new/{n}_mean"] for n in names if "loss" not in n)
+
+
+def test_new_clients_from_yaml_through_fit_and_test(tmp_path, monkeypatch):
+    """``trainer.sampler: NewClients`` in a config file: ``fedhet test`` logs ``test_new/...`` beside ``test/...``."""
+    extra = tmp_path / "new_clients.yaml"
+    extra.write_text("trainer:\n  sampler: {class_path: fedhet.plugins.NewClients, init_args: {fraction: 0.34}}\n")
+    args = ["-c", FEDAVG, "-c", str(extra), *tiny(tmp_path / "runs", rounds=1)]
+    monkeypatch.setattr(sys, "argv", ["fedhet"])
+    main(["fit", *args])
+    main(["test", *args, "--ckpt_path", "last"])
+    rows = [row for log in read_logs(tmp_path / "runs").values() for row in log if row.get("test_new/acc_mean")]
+    (row,) = rows
+    assert 0.0 <= float(row["test_new/acc_worst"]) <= float(row["test_new/acc_mean"]) <= 1.0
+    assert row["clients/test_new_failed"] == "0.0"
