@@ -10,12 +10,12 @@ import torch
 import torch.nn.functional as F
 
 from fedhet.callbacks import FederatedCallback
+from fedhet.cli import main
 from fedhet.core.seeding import derive_seed, seeded
 from fedhet.datamodules import FederatedDataModule
 from fedhet.modules import FLIC, FedAvg, FedRep, GlobalLayers
 from fedhet.plugins import FederatedTrainer, NewClients, Processes, Reporting, UniformSampler
 from fedhet.plugins.new_clients import adapt_new_client, evaluate_new_clients, new_client_module
-from fedhet.cli import main
 from tests.conftest import make_client
 from tests.test_cli import FEDAVG, read_logs, tiny
 
