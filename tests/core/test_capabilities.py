@@ -1,8 +1,9 @@
 """Capabilities are declared types (fedhet.core), not probed names: stacking and the FedProx penalty check them."""
 
+import pytest
 import torch
 
-from fedhet.core import BatchLossModule, FederatedModuleProtocol, LocalPhase, PenalisedModule, StackableModule
+from fedhet.core import BatchLossModule, FederatedModuleProtocol, LocalPhase, PenalisedModule, StackableModule, Stacking
 from fedhet.modules import FLIC, FedAvg, FederatedModule, FedProx
 from fedhet.plugins.stacked import stacking_refusal
 from tests.conftest import make_client
@@ -88,3 +89,37 @@ def test_a_round_dependent_schedule_is_a_declared_capability():
     AnchorUpdate().on_client_fit_start(Run(), round_idx=4, client_id="a", module=flic)
     assert flic.final_round
     AnchorUpdate().on_client_fit_start(Run(), round_idx=0, client_id="a", module=built(FedAvg(hidden_dims=[4])))
+
+
+class DrawsNoise(FedAvg):
+    """A batch loss with a draw of its own: the masked mean cross-entropy plus one standard normal number."""
+
+    def stacking(self):
+        return Stacking(draws=lambda batch, phase: (*batch, torch.randn(len(batch[1]), 1)))
+
+    def masked_loss(self, batch, mask):
+        x, y, noise = batch
+        losses = torch.nn.functional.cross_entropy(self(x), y, reduction="none")
+        return (losses * mask).sum() / mask.sum() + noise[0, 0]
+
+
+def test_the_base_training_step_is_the_declared_loss():
+    client = make_client("a", 24, 0)
+    x, y = next(iter(client.train_dataloader()))
+    avg = built(FedAvg(hidden_dims=[4]), client)
+    expected = torch.nn.functional.cross_entropy(avg(x), y)
+    torch.testing.assert_close(avg.training_step((x, y), 0), expected)
+    noisy = built(DrawsNoise(hidden_dims=[4]), client)
+    noisy.load_state_dict(avg.state_dict())
+    torch.manual_seed(3)
+    loss = noisy.training_step((x, y), 0)
+    torch.manual_seed(3)
+    torch.testing.assert_close(loss, expected + torch.randn(len(y), 1)[0, 0])
+    assert isinstance(noisy, BatchLossModule)
+    assert stacking_refusal(noisy) is None
+    with pytest.raises(NotImplementedError, match="NoLoss defines neither sample_losses nor training_step"):
+        NoLoss().training_step((x, y), 0)
+
+
+class NoLoss(FederatedModule):
+    pass

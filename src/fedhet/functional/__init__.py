@@ -21,7 +21,6 @@ from fedhet.functional.centroids import (
     aggregate_centroids,
     class_centroids,
     class_feature_sums,
-    feature_alignment_loss,
     feature_alignment_losses,
     head_statistics,
 )
@@ -119,7 +118,6 @@ __all__ = [
     "draws_by_class",
     "ensemble_probabilities",
     "evaluated_classes",
-    "feature_alignment_loss",
     "feature_alignment_losses",
     "fit_softmax_regression",
     "gaussian_barycenter",

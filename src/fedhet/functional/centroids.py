@@ -7,7 +7,6 @@ Collaboration", ICLR 2023 (eqs. 3, 17, 19, 43-45).
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 
@@ -107,46 +106,6 @@ def head_statistics(counts: Tensor, sums: Tensor, square_sums: Tensor) -> tuple[
     return h, v.clamp_min(0)
 
 
-def feature_alignment_loss(
-    features: Tensor,
-    labels: Tensor,
-    centroids: Tensor,
-    available: Tensor | None = None,
-    fallback: Tensor | None = None,
-) -> Tensor:
-    r"""FedPAC's feature-alignment regulariser on a batch (eq. 3), without the factor :math:`\lambda`.
-
-    .. math::
-        R = \frac{1}{|B|} \sum_{l \in B} \frac{1}{d} \| f(x_l) - c_{y_l} \|_2^2
-
-    The centroids are constants (no gradient). A class with no global centroid (``available[k]`` false) uses the
-    ``fallback`` row (the client's own centroid) or, without one, contributes nothing.
-
-    Args:
-        features: shape ``(B, d)``.
-        labels: shape ``(B,)``.
-        centroids: global centroids, shape ``(K, d)``.
-        available: which classes have a global centroid, shape ``(K,)`` (all when ``None``).
-        fallback: centroids used for the unavailable classes, shape ``(K, d)``.
-
-    Returns:
-        A scalar tensor.
-
-    """
-    targets = centroids.detach()
-    keep = torch.ones_like(labels, dtype=torch.bool)
-    if available is not None:
-        if fallback is not None:
-            targets = _alignment_targets(centroids, available, fallback)
-        else:
-            keep = available.to(torch.bool)[labels]
-    if not bool(keep.all()):
-        features, labels = features[keep], labels[keep]
-        if features.numel() == 0:
-            return features.sum() * 0.0
-    return F.mse_loss(features, targets[labels].to(features.dtype))
-
-
 def feature_alignment_losses(
     features: Tensor,
     labels: Tensor,
@@ -154,11 +113,15 @@ def feature_alignment_losses(
     available: Tensor | None = None,
     fallback: Tensor | None = None,
 ) -> Tensor:
-    r"""Each sample's term of :func:`feature_alignment_loss`, :math:`\frac{1}{d} \| f(x_l) - c_{y_l} \|_2^2`.
+    r"""FedPAC's feature-alignment regulariser (eq. 3, without the factor :math:`\lambda`), one term per sample.
 
-    Their mean is :func:`feature_alignment_loss` when every class has a target (all ``available``, or a
-    ``fallback``), so a batch of ``B`` samples can add them to its per-sample losses (FedPAC, eq. 3, trained in stacks
-    under ``torch.func.vmap``: no data-dependent branch).
+    .. math::
+        r_l = \frac{1}{d} \| f(x_l) - c_{y_l} \|_2^2, \qquad R = \frac{1}{|B|} \sum_{l \in B} r_l
+
+    The batch's regulariser :math:`R` is their mean; a batch of ``B`` samples adds them to its per-sample losses
+    (FedPAC's ``sample_losses``, also trained in stacks under ``torch.func.vmap``: no data-dependent branch). The
+    centroids are constants (no gradient). A class with no global centroid (``available[k]`` false) aligns to the
+    ``fallback`` row (the client's own centroid).
 
     Args:
         features: shape ``(B, d)``.

@@ -100,13 +100,11 @@ class FederatedClassifier(FederatedModule):
         """Class logits, shape ``(B, num_classes)``, for inputs of shape ``(B, *input_shape)``."""
         return cast(Tensor, self.head(self.body(x)))
 
-    def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
-        """Cross-entropy on one batch, plus :meth:`local_penalty` for a method that defines one."""
-        x, y = batch
-        loss = F.cross_entropy(self(x), y)
+    def step_loss(self, batch: tuple[Tensor, Tensor]) -> Tensor:
+        """The mean of :meth:`sample_losses` (the batch's cross-entropy), plus :meth:`local_penalty` if defined."""
+        loss = super().step_loss(batch)
         if self._received is not None:
             loss = loss + self.local_penalty(dict(self.named_parameters()), self._received).to(loss.device)
-        self.log("train/loss", loss, prog_bar=True)
         return loss
 
     def local_penalty(self, params: Mapping[str, Tensor], received: Mapping[str, Tensor]) -> Tensor:
@@ -139,7 +137,7 @@ class FederatedClassifier(FederatedModule):
     def sample_losses(self, batch: tuple[Tensor, Tensor]) -> Tensor:
         """Cross-entropy of each of the batch's ``B`` samples, shape ``(B,)``; ``training_step`` takes their mean.
 
-        It lets ``FederatedTrainer(stack_clients=...)`` train many clients at once, with ``torch.func.vmap``.
+        It lets ``FederatedTrainer(runner=StackedRunner(N))`` train many clients at once, with ``torch.func.vmap``.
         """
         x, y = batch
         return F.cross_entropy(self(x), y, reduction="none")

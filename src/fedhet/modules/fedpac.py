@@ -34,7 +34,6 @@ from fedhet.callbacks.fedpac import (
 from fedhet.core import ClientSpec, LocalPhase, Stacking, TensorSpec, UploadDeclaration
 from fedhet.functional.centroids import (
     class_feature_sums,
-    feature_alignment_loss,
     feature_alignment_losses,
     head_statistics,
 )
@@ -149,19 +148,6 @@ class FedPAC(FedRep):
         aligns = phase == "body" and self.feature_alignment and self.lambda_align > 0
         return self._global_centroids if aligns else None
 
-    def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
-        r"""Cross-entropy; in the body phase plus :math:`\lambda` times the feature-alignment loss."""
-        x, y = batch
-        z = self.body(x)
-        loss = F.cross_entropy(self.head(z), y)
-        centroids = self._alignment_centroids()
-        if centroids is not None:
-            align = feature_alignment_loss(z, y, centroids, self._global_available, self._own_centroids)
-            self.log("train/align", align)
-            loss = loss + self.lambda_align * align
-        self.log("train/loss", loss, prog_bar=True)
-        return loss
-
     def stacking(self) -> Stacking | None:
         """Its hooks run per client in stacks, keeping what ``on_train_start`` sets (the client's own centroids)."""
         return Stacking(client_attributes=("_upload", "_own_centroids"))
@@ -169,8 +155,8 @@ class FedPAC(FedRep):
     def sample_losses(self, batch: tuple[Tensor, Tensor]) -> Tensor:
         r"""Each sample's loss, shape ``(B,)``: cross-entropy, plus :math:`\lambda` times its alignment term (body).
 
-        Their mean is :meth:`training_step`'s loss (the alignment term is a mean over the batch's samples, every class
-        having a target: the global centroid or the client's own), so FedPAC can train clients in stacks
+        Their mean is :meth:`training_step`'s loss (the alignment loss, logged as ``train/align``, is the mean of the
+        terms, every class having a target: the global centroid or the client's own), so FedPAC trains clients in stacks
         (``StackedRunner``); the client's own centroids, set by :meth:`on_train_start`, are one of the
         ``client_attributes`` of its :meth:`stacking`, given to each client of a stack under ``torch.func.vmap``.
         """
@@ -180,6 +166,7 @@ class FedPAC(FedRep):
         centroids = self._alignment_centroids()
         if centroids is not None:
             align = feature_alignment_losses(z, y, centroids, self._global_available, self._own_centroids)
+            self.log("train/align", align.mean())  # logs nothing in a stack (no LocalTraining there)
             losses = losses + self.lambda_align * align
         return losses
 

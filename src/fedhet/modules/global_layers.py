@@ -49,11 +49,9 @@ from typing import Literal, cast
 
 import torch
 import torch.nn.functional as F
-from lightning.pytorch import Callback
 from torch import Tensor, nn
 from torchmetrics import MeanMetric, MetricCollection
 
-from fedhet.callbacks.batch_alignment import BatchAlignment
 from fedhet.core import ClientSpec, LocalPhase, Stacking
 from fedhet.modules.base import FederatedModule
 from fedhet.modules.metrics import ClientMetric
@@ -148,6 +146,25 @@ class ResidualFeedForward(nn.Module):
         return cast(Tensor, x + self.w2(hidden))
 
 
+def aligned_batch_size(client_id: str, num_train: int, batches_per_epoch: int) -> int:
+    """BatchAlignedFedAvg's batch size ``floor(n_k / B)`` for a client of ``num_train`` rows (the paper's §3.4).
+
+    Raises:
+        ValueError: naming the client and the field, when it has fewer than ``B`` rows.
+
+    Example:
+        >>> aligned_batch_size("cleveland", 182, 5)
+        36
+
+    """
+    if num_train < batches_per_epoch:
+        raise ValueError(
+            f"GlobalLayers: client '{client_id}' has {num_train} training rows, fewer than"
+            f" batches_per_epoch={batches_per_epoch}"
+        )
+    return num_train // batches_per_epoch
+
+
 class GlobalLayers(FederatedModule):
     """The Global Layers model of one client: private input part, global middle layers, private head.
 
@@ -168,9 +185,13 @@ class GlobalLayers(FederatedModule):
 
     BatchAlignedFedAvg (every client takes the same number ``B`` of optimizer steps per round with batch size
     ``floor(n_k / B)``, i.e. one local pass, then a uniform mean) is this module under the unchanged engine with
-    ``batches_per_epoch=B``: its local phase takes exactly ``B`` steps (``LocalPhase(steps=B)``), its
-    :class:`BatchAlignment` callback (from ``configure_callbacks``) sets each client's batch size, its aggregator is
-    ``WeightedMean("uniform")``, and it keeps each client's AdamW state across rounds.
+    ``batches_per_epoch=B``: its local phase takes exactly ``B`` steps of shuffled batches of
+    :func:`aligned_batch_size` rows (``LocalPhase(steps=B, batch_size=floor(n_k / B))``, from the client's
+    description), its aggregator is ``WeightedMean("uniform")``, and it keeps each client's AdamW state across rounds.
+    A client with fewer than ``B`` training rows is refused before any training. Under a plain ``lightning.Trainer``
+    (one client), which iterates the client datamodule's own loader, set that loader's batch size yourself and cap
+    the steps: ``client.batch_size = aligned_batch_size(client.spec.client_id, client.spec.num_train, B)`` and
+    ``Trainer(limit_train_batches=B)``.
 
     When the global layers are averaged (``aggregate_every``): the paper (§3.4) averages each time every client has
     made one step on its batch, ``"step"`` (the default); the authors' code averages once per epoch, after all ``B``
@@ -286,7 +307,13 @@ class GlobalLayers(FederatedModule):
         return tuple(spec.classes) if self.label_space == "client" else tuple(range(spec.num_classes))
 
     def client_signature(self, spec: ClientSpec) -> Hashable:
-        """Clients share a module instance only if they have the same columns and the same head classes."""
+        """Clients share a module instance only if they have the same columns and the same head classes.
+
+        The engine reads every client's signature before any training, so a client with fewer training rows than
+        ``batches_per_epoch`` is refused here (:func:`aligned_batch_size`).
+        """
+        if self.batches_per_epoch is not None:
+            aligned_batch_size(spec.client_id, spec.num_train, self.batches_per_epoch)
         return (spec.input_shape, self.client_classes(spec))
 
     def configure_model(self) -> None:
@@ -359,13 +386,6 @@ class GlobalLayers(FederatedModule):
             return F.binary_cross_entropy_with_logits(logits[:, 0], (target == 1).float(), reduction=reduction)
         return F.cross_entropy(logits, target, ignore_index=-1, reduction=reduction)
 
-    def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
-        """The loss of one batch ``(x (B, F), y (B,))``."""
-        x, y = batch
-        loss = self.loss(self(x), self.head_targets(y))
-        self.log("train/loss", loss, prog_bar=True)
-        return loss
-
     def stacking(self) -> Stacking | None:
         """Its clients train in stacks with the masked mean of :meth:`sample_losses`."""
         return Stacking()
@@ -374,7 +394,7 @@ class GlobalLayers(FederatedModule):
         """Each sample's loss, shape ``(B,)``; their mean is :meth:`training_step`'s loss.
 
         (A training label is always one of the client's classes, so no sample is ignored.) It lets clients of one
-        architecture train in stacks (``stack_clients``); their batch norms are in inference mode with
+        architecture train in stacks (``StackedRunner``); their batch norms are in inference mode with
         ``bn_mode="frozen_stats"``, and each client's AdamW state is stacked with theirs.
         """
         x, y = batch
@@ -427,14 +447,13 @@ class GlobalLayers(FederatedModule):
         return WeightedMean("uniform")
 
     def local_phases(self) -> list[LocalPhase]:
-        """One phase training everything: ``B`` steps (batch-aligned), 1 (``"step"``), or the trainer's schedule."""
-        if self.batches_per_epoch is not None and self.aggregate_every == "step":
-            return [LocalPhase("local", steps=1)]
-        return [LocalPhase("local", steps=self.batches_per_epoch)]
-
-    def configure_callbacks(self) -> list[Callback]:
-        """:class:`BatchAlignment` when ``batches_per_epoch`` is set."""
-        return [BatchAlignment(self.batches_per_epoch)] if self.batches_per_epoch is not None else []
+        """One phase training everything: the trainer's schedule on the client's batches, or, batch-aligned, ``B``
+        steps (``"epoch"``) or one (``"step"``) on shuffled batches of ``floor(n_k / B)`` of the client's rows."""
+        if self.batches_per_epoch is None:
+            return [LocalPhase("local")]
+        batch_size = aligned_batch_size(self.spec.client_id, self.spec.num_train, self.batches_per_epoch)
+        steps = 1 if self.aggregate_every == "step" else self.batches_per_epoch
+        return [LocalPhase("local", steps=steps, batch_size=batch_size)]
 
     def num_parameters(self, part: Literal["all", "global", "private"] = "all") -> int:
         """Number of parameters in total, in the global modules, or in the private ones."""

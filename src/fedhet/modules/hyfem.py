@@ -160,26 +160,16 @@ class HyFEM(FederatedClassifier):
         r2 = proximal_penalty([p for p, _ in classifier], [a for _, a in classifier]).to(self.device)
         return r1, r2
 
-    def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
-        """Cross-entropy plus the two proximal terms (those with a zero weight are skipped)."""
-        x, y = batch
-        loss = F.cross_entropy(self(x), y)
-        if self.mu1 > 0 or self.mu2 > 0:
-            r1, r2 = self.proximal_terms()
-            loss = loss + self.mu1 * r1 + self.mu2 * r2
-        self.log("train/loss", loss, prog_bar=True)
-        return loss
-
     def stacking(self) -> Stacking | None:
         """Its hooks run per client in stacks (restart from the anchors, round count); they set no attribute."""
         return Stacking(client_attributes=())
 
     def sample_losses(self, batch: tuple[Tensor, Tensor]) -> Tensor:
-        """Each sample's cross-entropy plus the two proximal terms, shape ``(B,)``; their mean is the step's loss.
+        """Each sample's cross-entropy plus the two proximal terms (skipped at zero weight), shape ``(B,)``.
 
-        The proximal terms are the same for every sample of the client, so the mean over the batch (or over its real
-        rows in a padded stack) is :meth:`training_step`'s loss: HyFEM trains in stacks (``stack_clients``), each
-        client's anchors being its own buffers under ``torch.func.vmap``.
+        Their mean is the step's loss (:meth:`training_step`). The proximal terms are the same for every sample of the
+        client, so the mean over the batch (or over its real rows in a padded stack) adds them once: HyFEM trains in
+        stacks (``StackedRunner``), each client's anchors being its own buffers under ``torch.func.vmap``.
         """
         x, y = batch
         losses = F.cross_entropy(self(x), y, reduction="none")

@@ -101,8 +101,15 @@ ELEMENTWISE_OPTIMIZERS: tuple[type[Optimizer], ...] = (SGD, Adam, AdamW, Adagrad
 """Optimizers whose step moves each element by its own gradient and state only, so that one of them over stacked
 tensors equals one per client (subclasses are not trusted: they may step otherwise)."""
 
-_LOSS_HOOKS = ("training_step", "on_train_start", "on_train_end", "client_statistics", "receive_statistics")
-"""The hooks a subclass below ``sample_losses`` must not override; only the first when the hooks run in stacks."""
+_LOSS_HOOKS = (
+    "training_step",
+    "step_loss",
+    "on_train_start",
+    "on_train_end",
+    "client_statistics",
+    "receive_statistics",
+)
+"""The hooks a subclass below ``sample_losses`` must not override; only the first two when the hooks run in stacks."""
 
 
 _LOSSES = {"sample_losses": "per-sample losses of a batch", "masked_loss": "loss of a zero-padded batch"}
@@ -112,9 +119,9 @@ def stacking_refusal(module: EngineModule) -> str | None:
     """Why ``module`` cannot train clients in stacks with the sequential path's results, or ``None`` if it can.
 
     A stackable module (its layers built) declares a :class:`~fedhet.core.Stacking` (``stacking()``) and has a
-    ``sample_losses`` method, and no subclass below the class that defines it overrides ``training_step``, nor,
-    unless its stacking names ``client_attributes`` (then the stacked path runs them
-    for each client), ``on_train_start``, ``on_train_end``, ``client_statistics`` or ``receive_statistics`` (their
+    ``sample_losses`` method, and no subclass below the class that defines it overrides ``training_step`` or
+    ``step_loss``, nor, unless its stacking names ``client_attributes`` (then the stacked path runs them for each
+    client), ``on_train_start``, ``on_train_end``, ``client_statistics`` or ``receive_statistics`` (their
     work would be lost; a term that ``training_step`` adds to the mean loss belongs in ``local_penalty``, which the
     stacked path adds for each client, e.g. FedProx's proximal term); it uploads no statistics unless its stacking
     names ``client_attributes``, holds no layer that draws random numbers or normalises with batch statistics in the
@@ -135,7 +142,7 @@ def stacking_refusal(module: EngineModule) -> str | None:
     owner = next(cls for cls in mro if loss in cls.__dict__)
     hooks_run = stacking.client_attributes is not None
     for cls in mro[: mro.index(owner)]:
-        hooks = [hook for hook in _LOSS_HOOKS[: 1 if hooks_run else None] if hook in cls.__dict__]
+        hooks = [hook for hook in _LOSS_HOOKS[: 2 if hooks_run else None] if hook in cls.__dict__]
         if hooks:
             return f"{cls.__name__} overrides {', '.join(hooks)}, which the stacked path does not call"
     preparing = next((cls for cls in mro[: mro.index(owner) + 1] if "preparation_phases" in cls.__dict__), None)
