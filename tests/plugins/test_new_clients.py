@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import copy
+import csv
+import os
+import subprocess
 import sys
 
 import pytest
@@ -195,3 +198,44 @@ def test_new_clients_from_yaml_through_fit_and_test(tmp_path, monkeypatch):
     (row,) = rows
     assert 0.0 <= float(row["test_new/acc_worst"]) <= float(row["test_new/acc_mean"]) <= 1.0
     assert row["clients/test_new_failed"] == "0.0"
+
+
+TWO_PROCESS_CONFIG = """
+trainer:
+  rounds: 2
+  seed: 3
+  processes: {accelerator: cpu}
+  reporting: {progress_bar: false}
+  sampler:
+    class_path: fedhet.plugins.NewClients
+    init_args:
+      fraction: 0.4
+      sampler: {class_path: fedhet.plugins.UniformSampler, init_args: {fraction: 0.7}}
+model:
+  class_path: fedhet.modules.FedRep
+  init_args: {hidden_dims: [16], lr: 0.1}
+data:
+  class_path: fedhet.datamodules.DigitsFederation
+  init_args: {num_clients: 5, alpha: 0.5, test_fraction: 0.2, seed: 1}
+"""
+
+
+@pytest.mark.distributed
+def test_two_processes_score_the_new_clients_as_one(tmp_path):
+    """Each process adapts the held-out clients it owns; the gathered ``test_new/...`` equal one process's."""
+    config = tmp_path / "new_clients.yaml"
+    config.write_text(TWO_PROCESS_CONFIG)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}  # same thread count in every process: bitwise-equal float sums
+    scores = {}
+    for devices in (1, 2):
+        root = tmp_path / str(devices)
+        args = ["-c", str(config), "--trainer.processes.devices", str(devices), "--trainer.default_root_dir", str(root)]
+        for command in (["fit"], ["test", "--ckpt_path", "last"]):
+            cmd = [sys.executable, "-m", "fedhet", *command, *args]
+            subprocess.run(cmd, check=True, env=env, timeout=300, capture_output=True)
+        (row,) = csv.DictReader((root / "version_1" / "metrics.csv").open())
+        scores[devices] = {name: value for name, value in row.items() if name.startswith("test_new/") and value}
+    # the seeded split holds out client_002 and client_003: one on each process
+    assert {"test_new/acc/client_002", "test_new/acc/client_003", "test_new/acc_mean"} <= set(scores[1])
+    assert not any(name.endswith(("_000", "_001", "_004")) for name in scores[1])
+    assert scores[2] == scores[1]
