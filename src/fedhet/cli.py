@@ -223,6 +223,11 @@ def main(args: list[str] | None = None) -> None:
     whole report and the traceback instead.
     """
     argv = list(sys.argv[1:] if args is None else args)
+    if argv[:1] == ["compare"]:  # suites of fits in subprocesses, not a LightningCLI subcommand
+        from fedhet.experiments.compare import main as compare_main
+
+        compare_main(argv[1:])
+        return
     debug = "--debug" in argv or os.environ.get("FEDHET_DEBUG", "") not in ("", "0")
     argv = [arg for arg in argv if arg != "--debug"]
     if args is None:  # Lightning reads the command line itself (and warns when given both)

@@ -1,0 +1,187 @@
+"""``fedhet compare -c suite.yaml``: tune, run every (federation, method, seed), and write the suite's results.
+
+Runs go ``workers`` at a time, each a ``fedhet fit`` and a ``fedhet test`` in subprocesses
+(:func:`~fedhet.experiments.runs.execute`); a run with a ``result.json`` is skipped, so a suite stopped half-way goes
+on where it stopped. A method with a search space is first tuned per federation on the tuning seeds
+(:func:`~fedhet.experiments.tuning.tune`, validation only, pruned through the study's storage), and its final runs use
+the chosen values (``tuned.yaml``). The results folder gets ``table.md``, ``table.csv``
+(:mod:`~fedhet.experiments.results`) and the figures (:mod:`~fedhet.experiments.plots`), each naming the suite file,
+the git commit and the sha256 of the runs' resolved configs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import subprocess
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from fedhet.experiments.runs import RunSpec, execute, load_result
+from fedhet.experiments.suite import Suite, SuiteError, load_suite
+
+TUNED_FILE = "tuned.yaml"
+
+
+def run_spec(suite: Suite, federation: str, method: str, seed: int, overrides: Mapping[str, Any]) -> RunSpec:
+    """The final run of ``method`` on ``federation`` with ``seed`` and the given (tuned) overrides."""
+    data = suite.federations[federation]
+    return RunSpec(
+        federation=federation,
+        method=method,
+        seed=seed,
+        configs=(suite.methods[method].config, *(() if data is None else (data,))),
+        overrides={**suite.methods[method].overrides, **overrides},
+        folder=suite.output / "runs" / federation / method / f"seed{seed}",
+        threads=1 if suite.workers > 1 else None,
+        group=suite.name,
+    )
+
+
+def tune_method(suite: Suite, federation: str, method: str) -> dict[str, Any]:
+    """Tune ``method`` on ``federation`` over the tuning seeds (trials in sequence); return the chosen overrides."""
+    from fedhet.experiments.tuning import TrialHandle, objective_value, tune
+
+    tuning, spec = suite.tuning, suite.methods[method]
+    assert tuning is not None
+    assert spec.search is not None
+
+    def objective(overrides: dict[str, Any], handle: TrialHandle) -> float:
+        values = []
+        for seed in tuning.seeds:
+            base = run_spec(suite, federation, method, seed, overrides)
+            trial = RunSpec(
+                **{
+                    **base.__dict__,
+                    "folder": suite.output / "tuning" / federation / method / f"trial{handle.number}" / f"seed{seed}",
+                    "extra_fit_args": tuple(handle.cli_args(tuning.metric)),
+                    "test": False,
+                }
+            )
+            values.append(objective_value(execute(trial)["val"], tuning.metric))
+        return sum(values) / len(values)
+
+    if "://" not in tuning.storage:
+        Path(tuning.storage).parent.mkdir(parents=True, exist_ok=True)
+    result = tune(
+        f"{suite.name}/{federation}/{method}", spec.search, objective, tuning.trials, tuning.storage, tuning.seeds[0]
+    )
+    return result.best_overrides
+
+
+def git_commit(folder: Path) -> str:
+    """The commit checked out in ``folder``'s git work tree (``+dirty`` with uncommitted changes), or ``unknown``."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=folder, capture_output=True, text=True, check=True)
+        dirty = subprocess.run(["git", "status", "--porcelain", "-uno"], cwd=folder, capture_output=True, text=True)
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+
+
+def configs_sha256(results: Sequence[Mapping[str, Any]]) -> str:
+    """One sha256 over the runs' resolved ``config.yaml`` digests, in run order."""
+    return hashlib.sha256("\n".join(r["config_sha256"] for r in results).encode()).hexdigest()
+
+
+def write_results(suite: Suite, results: list[dict[str, Any]], tuned: Mapping[str, Mapping[str, Any]]) -> list[Path]:
+    """Write ``table.md``, ``table.csv`` and the figures into ``suite.output``; return their paths."""
+    from fedhet.experiments.plots import plot_suite
+    from fedhet.experiments.results import table_rows, to_csv, to_markdown
+
+    provenance = {
+        "suite": str(suite.path),
+        "commit": git_commit(suite.path.parent),
+        "configs_sha256": configs_sha256(results),
+    }
+    header = [f"# Suite {suite.name}", "", *(f"- {k}: `{v}`" for k, v in provenance.items())]
+    rows = table_rows(results, suite.metric, suite.baseline, tuned)
+    md, csv_path = suite.output / "table.md", suite.output / "table.csv"
+    md.write_text(to_markdown(rows, suite.baseline, header))
+    csv_path.write_text("".join(f"# {k}: {v}\n" for k, v in provenance.items()) + to_csv(rows))
+    figures = plot_suite(results, suite.metric, suite.output, provenance)
+    return [md, csv_path, *figures]
+
+
+def compare(suite: Suite, progress: Callable[[str], None] | None = None) -> list[Path]:
+    """Run a suite (see the module docstring) and return the results files written.
+
+    Args:
+        suite: a checked suite (:func:`~fedhet.experiments.suite.load_suite`).
+        progress: called with a line when a tuning or a run finishes (``None``: a ``rich`` progress bar).
+
+    Raises:
+        RuntimeError: when a run fails (its log is named); runs finished before it keep their ``result.json``.
+
+    """
+    suite.output.mkdir(parents=True, exist_ok=True)
+    tuned_path = suite.output / TUNED_FILE
+    tuned: dict[str, dict[str, Any]] = yaml.safe_load(tuned_path.read_text()) or {} if tuned_path.is_file() else {}
+    order = [(f, m, s) for f in suite.federations for m in suite.methods for s in suite.seeds]
+    to_tune = [
+        (f, m)
+        for f in suite.federations
+        for m, spec in suite.methods.items()
+        if spec.search and f"{f}/{m}" not in tuned
+    ]
+    from rich.progress import Progress
+
+    bar = Progress(disable=progress is not None, transient=False)
+    pending = [(f, m, s) for f, m, s in order if load_result(run_spec(suite, f, m, s, {}).folder) is None]
+    task = bar.add_task(f"suite {suite.name}", total=len(pending) + len(to_tune))
+
+    def done(line: str) -> None:
+        bar.advance(task)
+        if progress is not None:
+            progress(line)
+
+    with bar, ThreadPoolExecutor(max_workers=suite.workers) as pool:
+        jobs: dict[Future[Any], tuple[str, str, int | None]] = {}
+
+        def submit_runs(federation: str, method: str) -> None:
+            for f, m, s in pending:
+                if (f, m) == (federation, method):
+                    spec = run_spec(suite, f, m, s, tuned.get(f"{f}/{m}", {}))
+                    jobs[pool.submit(execute, spec)] = (f, m, s)
+
+        for f, m in dict.fromkeys((f, m) for f, m, _ in pending):
+            if (f, m) not in to_tune:
+                submit_runs(f, m)
+        for f, m in to_tune:
+            jobs[pool.submit(tune_method, suite, f, m)] = (f, m, None)
+        while jobs:
+            finished, _ = wait(list(jobs), return_when=FIRST_COMPLETED)
+            for future in finished:
+                f, m, s = jobs.pop(future)
+                value = future.result()
+                if s is None:
+                    tuned[f"{f}/{m}"] = value
+                    tuned_path.write_text(yaml.safe_dump(tuned, sort_keys=False))
+                    done(f"tuned {m} on {f}: {value}")
+                    submit_runs(f, m)
+                else:
+                    done(f"ran {m} on {f}, seed {s}")
+    results = [load_result(run_spec(suite, f, m, s, {}).folder) for f, m, s in order]
+    return write_results(suite, [r for r in results if r is not None], tuned)
+
+
+def main(argv: list[str]) -> None:
+    """``fedhet compare -c suite.yaml``: exit 2 with one line on a bad suite file, 1 with one line on a failed run."""
+    parser = argparse.ArgumentParser(prog="fedhet compare", description=__doc__.split("\n")[0])
+    parser.add_argument("-c", "--config", required=True, help="the suite file (YAML)")
+    args = parser.parse_args(argv)
+    try:
+        suite = load_suite(args.config)
+    except SuiteError as err:
+        sys.stderr.write(f"fedhet compare: error: {err}\n")
+        sys.exit(2)
+    try:
+        written = compare(suite)
+    except RuntimeError as err:
+        sys.exit(f"fedhet compare: error: {err}")
+    print(f"results in {suite.output}: {', '.join(p.name for p in written)}")

@@ -1,0 +1,206 @@
+"""One run of a suite: ``fedhet fit`` then ``fedhet test`` in subprocesses, and its ``result.json``.
+
+A run is one (federation, method, seed). Its folder ``<output>/runs/<federation>/<method>/seed<s>`` is the trainer's
+``default_root_dir``: the fit writes ``version_N`` (``config.yaml``, ``metrics.csv``, ``checkpoints/last.ckpt``) and
+the test, given ``--ckpt_path last``, the next version with the test metrics. ``result.json`` is written (atomically)
+only when both finished, so a suite run again skips the runs that have one.
+
+The seed is the trainer's (``--trainer.seed``: model initialisation, client sampling, batches); the federation's own
+data seed is left as its config gives it, so every seed and every method see the same clients and splits, and the
+differences between methods on one seed are paired.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+RESULT_FILE = "result.json"
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """What one subprocess run needs (picklable).
+
+    Attributes:
+        federation: the federation's name in the suite.
+        method: the method's name in the suite.
+        seed: the trainer's seed.
+        configs: the ``-c`` configs, the method's first, then the federation's data config if any.
+        overrides: ``dotted.key -> value`` given as ``--key=value`` after the configs.
+        folder: the run folder (the trainer's ``default_root_dir``).
+        extra_fit_args: more ``fedhet fit`` arguments (a tuning trial's pruning callback).
+        test: whether ``fedhet test`` follows the fit (tuning trials score validation only and skip it).
+        threads: ``OMP_NUM_THREADS`` for the subprocesses (``None``: inherited).
+        group: the W&B run group (``WANDB_RUN_GROUP``) of a fit that logs to W&B (``None``: inherited).
+        tags: more entries of ``result.json`` (e.g. the tuning trial).
+
+    """
+
+    federation: str
+    method: str
+    seed: int
+    configs: tuple[Path, ...]
+    overrides: Mapping[str, Any]
+    folder: Path
+    extra_fit_args: tuple[str, ...] = ()
+    test: bool = True
+    threads: int | None = None
+    group: str | None = None
+    tags: Mapping[str, Any] = field(default_factory=dict)
+
+
+def _cli_value(value: Any) -> str:
+    """A value as jsonargparse reads it on the command line (YAML/JSON flow style for lists and mappings)."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value)
+
+
+def command(spec: RunSpec, subcommand: str) -> list[str]:
+    """The ``python -m fedhet <subcommand>`` command line of ``spec``."""
+    args = [sys.executable, "-m", "fedhet", subcommand]
+    for config in spec.configs:
+        args += ["-c", str(config)]
+    args += [
+        f"--trainer.seed={spec.seed}",
+        f"--trainer.default_root_dir={spec.folder}",
+        "--trainer.reporting.progress_bar=false",
+    ]
+    args += [f"--{key}={_cli_value(value)}" for key, value in spec.overrides.items()]
+    if subcommand == "fit":
+        args += list(spec.extra_fit_args)
+    else:
+        args += ["--ckpt_path", "last"]
+    return args
+
+
+def _run(args: list[str], log: Path, spec: RunSpec) -> float:
+    """Run one command, its output to ``log``; return its CPU seconds (user + system, its own children included)."""
+    env = dict(os.environ)
+    if spec.threads is not None:
+        env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(spec.threads)
+    if spec.group is not None:
+        env["WANDB_RUN_GROUP"] = spec.group
+    with log.open("w") as out:
+        proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env)
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        tail = log.read_text().strip().splitlines()[-3:]
+        raise RuntimeError(f"{' '.join(args[2:4])} failed in '{log.parent}' ({' | '.join(tail)}); log: {log}")
+    return float(usage.ru_utime + usage.ru_stime)
+
+
+def _versions(root: Path) -> set[str]:
+    return {p.name for p in root.glob("version_*") if p.is_dir()} if root.is_dir() else set()
+
+
+def _new_version(root: Path, before: set[str]) -> Path:
+    made = sorted(_versions(root) - before, key=lambda name: int(name.split("_")[1]))
+    if not made:
+        raise RuntimeError(f"no version folder was written under '{root}'")
+    return root / made[-1]
+
+
+def read_metrics(path: Path) -> list[dict[str, float]]:
+    """The rows of a ``metrics.csv``, each with its non-empty cells as floats."""
+    with path.open(newline="") as handle:
+        return [{k: float(v) for k, v in row.items() if v not in (None, "")} for row in csv.DictReader(handle)]
+
+
+def summarise(fit_rows: Sequence[Mapping[str, float]], test_rows: Sequence[Mapping[str, float]]) -> dict[str, Any]:
+    """What a run's ``result.json`` keeps of its metrics.
+
+    Returns:
+        ``val``: per evaluated round, ``round`` and its ``val/...`` metrics; ``test``: every ``test/...`` and
+        ``test_new/...`` metric (client ones included); ``rounds``; ``bytes_per_round`` (mean of ``comm/bytes_up``
+        + ``comm/bytes_down``); ``time``: the total of each ``time/...`` metric over rounds.
+
+    """
+    val = [
+        {"round": row.get("round", row.get("step", i)), **{k: v for k, v in row.items() if k.startswith("val/")}}
+        for i, row in enumerate(fit_rows)
+        if any(k.startswith("val/") for k in row)
+    ]
+    rounds = [row for row in fit_rows if "comm/bytes_up" in row or "comm/bytes_down" in row]
+    traffic = [row.get("comm/bytes_up", 0.0) + row.get("comm/bytes_down", 0.0) for row in rounds]
+    times: dict[str, float] = {}
+    for row in fit_rows:
+        for key, value in row.items():
+            if key.startswith("time/"):
+                times[key] = times.get(key, 0.0) + value
+    test: dict[str, float] = {}
+    for row in test_rows:
+        test.update({k: v for k, v in row.items() if k.startswith(("test/", "test_new/"))})
+    return {
+        "val": val,
+        "test": test,
+        "rounds": len(rounds),
+        "bytes_per_round": sum(traffic) / len(traffic) if traffic else 0.0,
+        "time": times,
+    }
+
+
+def sha256_file(path: Path) -> str:
+    """The sha256 hex digest of a file."""
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def write_json(path: Path, payload: Any) -> None:
+    """Write ``payload`` as JSON, atomically (a temporary file renamed over ``path``)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(payload, indent=1, sort_keys=True))
+    os.replace(tmp, path)
+
+
+def load_result(folder: Path) -> dict[str, Any] | None:
+    """A run folder's ``result.json``, or ``None`` when the run has not finished."""
+    path = folder / RESULT_FILE
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def execute(spec: RunSpec) -> dict[str, Any]:
+    """Run ``spec`` (fit, then test unless ``spec.test`` is false), write its ``result.json`` and return it.
+
+    Raises:
+        RuntimeError: one line naming the command, the run folder and its log, when a command fails.
+
+    """
+    spec.folder.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    before = _versions(spec.folder)
+    cpu = _run(command(spec, "fit"), spec.folder / "fit.log", spec)
+    fit_dir = _new_version(spec.folder, before)
+    test_rows: list[dict[str, float]] = []
+    test_dir = None
+    if spec.test:
+        before = _versions(spec.folder)
+        cpu += _run(command(spec, "test"), spec.folder / "test.log", spec)
+        test_dir = _new_version(spec.folder, before)
+        test_rows = read_metrics(test_dir / "metrics.csv")
+    result = {
+        "federation": spec.federation,
+        "method": spec.method,
+        "seed": spec.seed,
+        "overrides": dict(spec.overrides),
+        "fit_version": fit_dir.name,
+        "test_version": None if test_dir is None else test_dir.name,
+        "config_sha256": sha256_file(fit_dir / "config.yaml"),
+        "cpu_s": cpu,
+        "wall_s": time.perf_counter() - start,
+        **dict(spec.tags),
+        **summarise(read_metrics(fit_dir / "metrics.csv"), test_rows),
+    }
+    if spec.test:
+        write_json(spec.folder / RESULT_FILE, result)
+    return result

@@ -1,0 +1,207 @@
+"""A suite file: the methods, federations and seeds ``fedhet compare`` runs, read and checked before anything runs.
+
+.. code-block:: yaml
+
+    name: smoke
+    federations: {heart: configs/data/heart_sites.yaml, own: null}  # null: each method config's own data
+    methods:
+      fedavg: {config: configs/fedavg/digits.yaml, overrides: {trainer.rounds: 3}}
+      fedrep:
+        config: configs/fedrep/digits.yaml
+        search: {model.init_args.lr: {type: float, low: 0.01, high: 0.3, log: true}}
+    seeds: [0, 1]
+    baseline: fedavg
+    metric: acc             # the test accuracy family compared: test/acc_mean, test/acc_weighted, test/acc_worst
+    tuning: {trials: 3, seeds: [100], storage: tuning.log, metric: val/acc_mean}
+    workers: 2              # runs at once (default: the CPU count)
+    output: fedhet_runs/suites/smoke
+
+Config paths are read relative to the folder of the suite file, ``output`` (default ``fedhet_runs/suites/<name>``)
+and a tuning storage file relative to the current folder (the storage file inside ``output``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from fedhet.experiments.search_space import SearchSpace
+
+_TOP = {"name", "federations", "methods", "seeds", "baseline", "metric", "tuning", "workers", "output"}
+_METHOD = {"config", "overrides", "search"}
+_TUNING = {"trials", "seeds", "storage", "metric"}
+
+
+class SuiteError(ValueError):
+    """A suite file that cannot run: one line naming the file and the field."""
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    """One method of a suite.
+
+    Attributes:
+        config: the method's ``fedhet fit`` config.
+        overrides: ``dotted.key -> value`` given after the config as ``--key=value``.
+        search: the search space tuned before the final runs (``None``: no tuning).
+
+    """
+
+    config: Path
+    overrides: dict[str, Any] = field(default_factory=dict)
+    search: SearchSpace | None = None
+
+
+@dataclass(frozen=True)
+class TuningSpec:
+    """How the suite tunes the methods that have a search space.
+
+    Attributes:
+        trials: trials per method and federation.
+        seeds: the seeds each trial runs (never the final seeds).
+        storage: the Optuna storage (a journal file or a database URL).
+        metric: the validation metric maximised.
+
+    """
+
+    trials: int
+    seeds: list[int]
+    storage: str
+    metric: str
+
+
+@dataclass(frozen=True)
+class Suite:
+    """A checked suite file (see the module docstring)."""
+
+    path: Path
+    name: str
+    federations: dict[str, Path | None]
+    methods: dict[str, MethodSpec]
+    seeds: list[int]
+    baseline: str
+    metric: str
+    tuning: TuningSpec | None
+    workers: int
+    output: Path
+
+
+def _fail(path: Path, where: str, problem: str) -> SuiteError:
+    return SuiteError(f"suite file '{path}': {where}: {problem}")
+
+
+def _mapping(path: Path, where: str, value: Any, allowed: set[str] | None = None) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping) or not value:
+        raise _fail(path, where, f"expected a non-empty mapping, got {value!r}")
+    unknown = sorted(str(key) for key in value if allowed is not None and key not in allowed)
+    if unknown:
+        raise _fail(path, where, f"unknown key {unknown[0]!r} (known: {', '.join(sorted(allowed or ()))})")
+    return value
+
+
+def _file(path: Path, where: str, value: Any) -> Path:
+    if not isinstance(value, str) or not value:
+        raise _fail(path, where, f"expected a file path, got {value!r}")
+    resolved = (path.parent / value).resolve()
+    if not resolved.is_file():
+        raise _fail(path, where, f"no file '{value}' (read from {path.parent})")
+    return resolved
+
+
+def _seeds(path: Path, where: str, value: Any) -> list[int]:
+    if (
+        not isinstance(value, list)
+        or not value
+        or any(isinstance(s, bool) or not isinstance(s, int) for s in value)
+        or len(set(value)) != len(value)
+    ):
+        raise _fail(path, where, f"expected a non-empty list of distinct integers, got {value!r}")
+    return list(value)
+
+
+def _positive(path: Path, where: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise _fail(path, where, f"expected a positive integer, got {value!r}")
+    return value
+
+
+def _method(path: Path, name: str, value: Any) -> MethodSpec:
+    where = f"methods.{name}"
+    spec = _mapping(path, where, value, _METHOD)
+    if "config" not in spec:
+        raise _fail(path, where, "missing 'config' (the method's fedhet fit config)")
+    overrides = spec.get("overrides") or {}
+    if not isinstance(overrides, Mapping):
+        raise _fail(path, f"{where}.overrides", f"expected a mapping of dotted config keys, got {overrides!r}")
+    search = None
+    if spec.get("search") is not None:
+        try:
+            search = SearchSpace.parse(spec["search"], f"suite file '{path}': {where}.search")
+        except ValueError as err:
+            raise SuiteError(str(err)) from None
+    return MethodSpec(_file(path, f"{where}.config", spec["config"]), {str(k): v for k, v in overrides.items()}, search)
+
+
+def _tuning(path: Path, value: Any, seeds: list[int], output: Path) -> TuningSpec:
+    spec = _mapping(path, "tuning", value, _TUNING)
+    tuning_seeds = _seeds(path, "tuning.seeds", spec.get("seeds", [max(seeds) + 1]))
+    shared = sorted(set(tuning_seeds) & set(seeds))
+    if shared:
+        raise _fail(path, "tuning.seeds", f"seed {shared[0]} is also a final seed; tune on other seeds")
+    metric = spec.get("metric", "val/acc_mean")
+    if not isinstance(metric, str) or not metric.startswith("val"):
+        raise _fail(path, "tuning.metric", f"expected a validation metric (val/...), got {metric!r}")
+    storage = spec.get("storage", "tuning.log")
+    if not isinstance(storage, str) or not storage:
+        raise _fail(path, "tuning.storage", f"expected a journal file or a database URL, got {storage!r}")
+    if "://" not in storage:
+        storage = str(output / storage)
+    return TuningSpec(_positive(path, "tuning.trials", spec.get("trials", 10)), tuning_seeds, storage, metric)
+
+
+def load_suite(path: str | Path) -> Suite:
+    """Read and check a suite file.
+
+    Raises:
+        SuiteError: one line naming the file and the field: an unknown key, a missing file, a baseline that is not a
+            method, tuning seeds among the final seeds, a malformed search space.
+
+    """
+    path = Path(path).resolve()
+    if not path.is_file():
+        raise SuiteError(f"suite file '{path}': no such file")
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        raise SuiteError(f"suite file '{path}': not YAML: {' '.join(str(err).split())}") from None
+    top = _mapping(path, "the file", raw, _TOP)
+    for key in ("name", "methods", "seeds", "baseline"):
+        if key not in top:
+            raise _fail(path, key, "missing")
+    name = top["name"]
+    if not isinstance(name, str) or not name or "/" in name:
+        raise _fail(path, "name", f"expected a name without '/', got {name!r}")
+    federations_raw = top.get("federations") or {"default": None}
+    federations = {
+        str(fed): None if cfg is None else _file(path, f"federations.{fed}", cfg)
+        for fed, cfg in _mapping(path, "federations", federations_raw).items()
+    }
+    methods = {str(m): _method(path, str(m), spec) for m, spec in _mapping(path, "methods", top["methods"]).items()}
+    seeds = _seeds(path, "seeds", top["seeds"])
+    baseline = top["baseline"]
+    if baseline not in methods:
+        raise _fail(path, "baseline", f"{baseline!r} is not one of the methods ({', '.join(methods)})")
+    metric = top.get("metric", "acc")
+    if not isinstance(metric, str) or not metric or "/" in metric:
+        raise _fail(path, "metric", f"expected a test metric family such as 'acc', got {metric!r}")
+    output = Path(str(top.get("output", f"fedhet_runs/suites/{name}")))
+    tuning = None if top.get("tuning") is None else _tuning(path, top["tuning"], seeds, output.resolve())
+    if tuning is None and any(m.search is not None for m in methods.values()):
+        tuning = _tuning(path, {}, seeds, output.resolve())
+    workers = _positive(path, "workers", top.get("workers", os.cpu_count() or 1))
+    return Suite(path, name, federations, methods, seeds, baseline, metric, tuning, workers, output.resolve())
