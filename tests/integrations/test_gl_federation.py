@@ -49,10 +49,12 @@ class Recorder(FederatedCallback):
     def __init__(self) -> None:
         self.loaded: dict[tuple[int, str], dict[str, torch.Tensor]] = {}
         self.steps: dict[tuple[int, str], float] = {}
+        self.phases: dict[tuple[int, str], list] = {}
         self.aggregates: list[tuple[dict, list]] = []
 
     def on_client_fit_start(self, trainer, round_idx, client_id, module):
         self.loaded[(round_idx, client_id)] = {k: v.detach().clone() for k, v in module.state_dict().items()}
+        self.phases[(round_idx, client_id)] = module.local_phases()
 
     def on_client_fit_end(self, trainer, round_idx, client_id, module, update):
         self.steps[(round_idx, client_id)] = update.metrics["steps"]
@@ -107,7 +109,22 @@ def test_batch_aligned_clients_take_equal_steps_with_their_own_batch_size():
     trainer, rec = fit(GlobalLayers(batches_per_epoch=3, aggregate_every="epoch", **TINY), data, rounds=3)
     assert set(rec.steps.values()) == {3.0}
     assert len(rec.steps) == 9
-    assert {cid: data.client(cid).batch_size for cid in CLIENTS} == {"a": 13, "b": 9, "c": 11}
+    sizes = {
+        cid: {phase.batch_size for (_, c), phases in rec.phases.items() if c == cid for phase in phases}
+        for cid in CLIENTS
+    }
+    assert sizes == {"a": {13}, "b": {9}, "c": {11}}  # floor(n_k / 3) of 40, 27 and 33 rows
+    assert {data.client(cid).batch_size for cid in CLIENTS} == {4}  # the client datamodules are left as they are
+
+
+def test_a_client_smaller_than_batches_per_epoch_is_refused_before_any_training():
+    data = FederatedDataModule([client(cid, *args) for cid, args in {**CLIENTS, "tiny": (2, 3, (0, 1))}.items()])
+    recorder = Recorder()
+    options = {"processes": Processes(accelerator="cpu"), "reporting": Reporting(progress_bar=False)}
+    trainer = FederatedTrainer(**trainer_options(rounds=1, logger=False, callbacks=[recorder], **options))
+    with pytest.raises(ValueError, match="client 'tiny' has 2 training rows, fewer than batches_per_epoch=3"):
+        trainer.fit(GlobalLayers(batches_per_epoch=3, **TINY), data)
+    assert recorder.loaded == {}  # no client started training
 
 
 def test_local_shares_nothing():
@@ -161,7 +178,7 @@ def test_pooled_client_for_the_centralised_baseline():
 def test_heart_gl_sites_run_batch_aligned():
     data = HeartFederation(sites=GL_SITES, missing="code")
     _, rec = fit(GlobalLayers(batches_per_epoch=5, aggregate_every="epoch", **TINY), data, rounds=1)
-    assert [data.client(site).batch_size for site in GL_SITES] == [36, 55, 36]
+    assert [rec.phases[(0, site)][0].batch_size for site in GL_SITES] == [36, 55, 36]  # floor(n_k / 5)
     assert {rec.steps[(0, site)] for site in GL_SITES} == {5.0}
 
 

@@ -6,11 +6,11 @@ import pytest
 import torch
 from sklearn.metrics import average_precision_score, roc_auc_score
 
-from fedhet.callbacks.batch_alignment import BatchAlignment, aligned_batch_size
 from fedhet.core import ClientSpec
 from fedhet.datamodules import ClientDataModule
 from fedhet.functional import balanced_accuracy, binary_auprc, binary_auroc, one_vs_rest
 from fedhet.modules import GlobalLayers
+from fedhet.modules.global_layers import aligned_batch_size
 from fedhet.modules.metrics import ClientMetric
 
 HEART = {"width": 128}
@@ -146,19 +146,21 @@ def test_bn_mode(bn_mode, updates):
 def test_aligned_batch_size():
     assert [aligned_batch_size("c", n, 5) for n in (182, 278, 180)] == [36, 55, 36]
     assert [aligned_batch_size("c", n, 10) for n in (4771, 386, 3508, 2675)] == [477, 38, 350, 267]
-    with pytest.raises(ValueError, match="fewer than batches_per_epoch"):
+    with pytest.raises(ValueError, match="client 'c' has 4 training rows, fewer than batches_per_epoch=5"):
         aligned_batch_size("c", 4, 5)
 
 
-def test_batch_aligned_module_declares_its_steps_callback_and_uniform_mean():
-    model = GlobalLayers(batches_per_epoch=5, aggregate_every="epoch", **TINY)
-    assert [phase.steps for phase in model.local_phases()] == [5]
-    (callback,) = model.configure_callbacks()
-    assert isinstance(callback, BatchAlignment)
-    assert callback.batches_per_epoch == 5
+@pytest.mark.parametrize(("aggregate_every", "steps"), [("epoch", 5), ("step", 1)])
+def test_batch_aligned_module_declares_its_steps_batch_size_and_uniform_mean(aggregate_every, steps):
+    model = GlobalLayers(batches_per_epoch=5, aggregate_every=aggregate_every, **TINY)
+    model.setup_client(ClientSpec("cleveland", (13,), num_classes=2, classes=(0, 1), num_train=182))
+    (phase,) = model.local_phases()
+    assert (phase.steps, phase.batch_size) == (steps, 36)  # floor(182 / 5)
+    assert model.configure_callbacks() == []
     assert model.configure_aggregator().weighting == "uniform"
     assert model.keep_optimizer_state
-    assert GlobalLayers(**TINY).configure_callbacks() == []
+    (phase,) = GlobalLayers(**TINY).local_phases()
+    assert (phase.steps, phase.batch_size) == (None, None)  # the trainer's schedule on the client's own batches
 
 
 # ---------------------------------------------------------------------------------------------------- metrics
@@ -215,6 +217,7 @@ def test_runs_under_a_plain_lightning_trainer(tmp_path):
     x = torch.randn(60, 5, generator=g) + y[:, None].float()
     client = ClientDataModule("site", x, y, num_classes=5, test_fraction=0.25, val_fraction=0.15, seed=0)
     model = GlobalLayers(batches_per_epoch=4, lr=1e-2, **TINY)
+    client.batch_size = aligned_batch_size(client.spec.client_id, client.spec.num_train, 4)  # as the docstring says
     trainer = lightning.Trainer(
         max_epochs=3,
         limit_train_batches=4,
@@ -228,8 +231,7 @@ def test_runs_under_a_plain_lightning_trainer(tmp_path):
         accelerator="cpu",
     )
     trainer.fit(model, client)
-    assert client.batch_size == client.spec.num_train // 4
-    assert trainer.global_step == 12
+    assert trainer.global_step == 12  # 4 aligned batches of floor(n / 4) rows an epoch
     (results,) = trainer.test(model, client, verbose=False)
     assert model.num_outputs == 3
     assert {"test/auroc", "test/balanced_accuracy", "test/acc", "test/auprc", "test/loss"} <= results.keys()

@@ -3,13 +3,12 @@
 One file per method's server work, owning that method's wire names and upload declaration: :mod:`~.flic`
 (:class:`AnchorUpdate`), :mod:`~.fedpac` (:class:`CentroidSync` then :class:`HeadMixing`), :mod:`~.hyfem`
 (:class:`ModelMatching`), :mod:`~.feddadil` (:class:`DictionaryAveraging`), :mod:`~.fedhenn` (:class:`KernelSync`);
-Global Layers' :class:`BatchAlignment`; observers beside them (progress, dashboard, Lightning adapters, and
+observers beside them (progress, dashboard, Lightning adapters, and
 :class:`OptunaPruning` for hyperparameter tuning). Each is a thin adapter from the engine's round hooks to the maths
 in ``fedhet.functional``.
 """
 
 from fedhet.callbacks.base import FederatedCallback
-from fedhet.callbacks.batch_alignment import BatchAlignment
 from fedhet.callbacks.dashboard import FederationDashboard
 from fedhet.callbacks.feddadil import DictionaryAveraging
 from fedhet.callbacks.fedhenn import KernelSync
@@ -21,7 +20,6 @@ from fedhet.callbacks.pruning import OptunaPruning
 
 __all__ = [
     "AnchorUpdate",
-    "BatchAlignment",
     "CentroidSync",
     "DictionaryAveraging",
     "FederatedCallback",

@@ -447,8 +447,11 @@ class GlobalLayers(FederatedModule):
         return WeightedMean("uniform")
 
     def local_phases(self) -> list[LocalPhase]:
-        """One phase training everything: the trainer's schedule on the client's batches, or, batch-aligned, ``B``
-        steps (``"epoch"``) or one (``"step"``) on shuffled batches of ``floor(n_k / B)`` of the client's rows."""
+        """One phase training everything: the trainer's schedule on the client's own batches, or batch-aligned.
+
+        Batch-aligned: ``B`` steps (``"epoch"``) or one (``"step"``) on shuffled batches of ``floor(n_k / B)`` of the
+        client's rows, drawn as the client's own loader draws them (one permutation a pass, from the seeded RNG).
+        """
         if self.batches_per_epoch is None:
             return [LocalPhase("local")]
         batch_size = aligned_batch_size(self.spec.client_id, self.spec.num_train, self.batches_per_epoch)
