@@ -56,6 +56,9 @@ def test_split_is_seeded_sized_by_the_fraction_and_independent_of_order():
     assert any(sampler.held_out(ids, seed=s) != held for s in range(1, 5))
     assert len(NewClients(fraction=0.01).held_out(ids, seed=0)) == 1  # at least one held out
     assert len(NewClients(fraction=0.99).held_out(ids, seed=0)) == 19  # at least one left
+    last = NewClients(0.2, sampler=UniformSampler(0.5, full_last_round=True))
+    assert last.full_last_round  # the resume check's warning sees the inner sampler's setting
+    assert last.sample(ids, 4, 5, seed=7) == [cid for cid in ids if cid not in held]
     for round_idx in range(5):
         sampled = NewClients(0.2, sampler=UniformSampler(0.5)).sample(ids, round_idx, 5, seed=7)
         assert len(sampled) == 8
@@ -73,6 +76,15 @@ def test_split_is_seeded_sized_by_the_fraction_and_independent_of_order():
 def test_bad_settings_are_refused_by_name(kwargs, field):
     with pytest.raises(ValueError, match=f"NewClients: field '{field}'"):
         NewClients(**kwargs)
+
+
+def test_a_federation_too_small_or_a_nested_hold_out_is_refused():
+    with pytest.raises(ValueError, match="NewClients: holding clients out needs at least 2 clients"):
+        NewClients(fraction=0.5).validate(1)
+    with pytest.raises(ValueError, match="UniformSampler: field 'min_clients' is 4 but the federation has only 3"):
+        NewClients(fraction=0.25, sampler=UniformSampler(min_clients=4)).validate(4)  # 3 clients left to train
+    with pytest.raises(ValueError, match="NewClients: field 'sampler'"):
+        NewClients(fraction=0.5, sampler=NewClients(fraction=0.5))
 
 
 def test_held_out_clients_never_train_and_are_scored_as_an_independent_recomputation(tmp_path, tiny_federation):
