@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from fedhet.cli import FederatedCLI
+from fedhet.plugins.stacked import StackedRunner
 from tests.plugins.test_uploads import blobs
 from tests.plugins.uploads import UploadCase, check_uploads
 
@@ -64,6 +65,15 @@ def test_the_config_runs_under_the_cli(guide):
     prototypes = cli.trainer.server_state.statistics["protofed/global_prototypes"]
     assert prototypes.shape == (10, 64)
     assert torch.isfinite(prototypes).all()
+
+
+def test_the_guide_method_trains_in_stacks_as_one_client_at_a_time(guide):
+    """Its one loss (sample_losses) and its stacking() let clients train in stacks, with the sequential results."""
+    args = ["fit", "-c", "protofed.yaml", "--trainer.rounds", "2", "--trainer.logger", "false"]
+    sequential = FederatedCLI(args=args).trainer.server_state.statistics["protofed/global_prototypes"]
+    stacked = FederatedCLI(args=[*args, "--trainer.processes.stack_clients", "4"]).trainer
+    assert isinstance(stacked.runner, StackedRunner)
+    torch.testing.assert_close(stacked.server_state.statistics["protofed/global_prototypes"], sequential)
 
 
 def test_the_reproduction_script_writes_its_table(guide, capsys):
