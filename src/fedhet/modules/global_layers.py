@@ -195,8 +195,10 @@ class GlobalLayers(FederatedModule):
 
     When the global layers are averaged (``aggregate_every``): the paper (§3.4) averages each time every client has
     made one step on its batch, ``"step"`` (the default); the authors' code averages once per epoch, after all ``B``
-    steps, ``"epoch"``. With ``"step"`` one federation round is one batch step, so an epoch is ``B`` rounds: set the
-    trainer's ``rounds`` to epochs times ``B`` and ``eval_every`` to ``B``. The engine draws each round's batch from a
+    steps, ``"epoch"``. With ``"step"`` one federation round is one batch step, so an epoch is ``B`` rounds, as
+    :meth:`rounds_per_epoch` declares: state the length in epochs and take the trainer's ``rounds`` and ``eval_every``
+    from :func:`fedhet.plugins.epochs.epoch_schedule` (``epoch_schedule(model, epochs=10)`` gives 50 rounds evaluated
+    every 5 with ``B = 5``). The engine draws each round's batch from a
     fresh shuffle of the client's rows, so over one epoch of ``"step"`` rounds a row can be drawn twice or not at all,
     where ``"epoch"`` visits ``B * floor(n_k / B)`` distinct rows.
 
@@ -441,6 +443,12 @@ class GlobalLayers(FederatedModule):
     def configure_optimizers(self) -> torch.optim.Optimizer:
         """One AdamW over all the client's parameters; the engine keeps its state across rounds."""
         return torch.optim.AdamW(self.parameters(), lr=self.lr, weight_decay=self.weight_decay)
+
+    def rounds_per_epoch(self) -> int:
+        """Rounds per epoch: ``B`` with ``aggregate_every="step"`` (one step per round), else 1 (one pass per round)."""
+        if self.batches_per_epoch is not None and self.aggregate_every == "step":
+            return self.batches_per_epoch
+        return 1
 
     def configure_aggregator(self) -> Aggregator:
         """Uniform mean of the global layers (batch alignment gives every client the same number of steps)."""
