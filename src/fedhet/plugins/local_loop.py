@@ -79,6 +79,34 @@ def phase_loader(loader: Iterable[Any], phase: LocalPhase) -> Iterable[Any]:
     return DataLoader(dataset, batch_size=phase.batch_size, shuffle=True)
 
 
+def local_schedule(
+    loader: Iterable[Any],
+    phases: Sequence[LocalPhase],
+    local_epochs: int,
+    local_steps: int | None,
+    to_device: Callable[[Any], Any] | None = None,
+) -> Iterator[tuple[LocalPhase, Iterable[Any]]]:
+    """A client's local schedule, the one both the sequential and the stacked path follow: each phase, its batches.
+
+    A phase's batches come from its own loader (:func:`phase_loader`) for its steps or epochs (:func:`phase_batches`),
+    drawn lazily as they are iterated (so a module's own draws between batches keep their place in the stream).
+
+    Args:
+        loader: the client's training batches.
+        phases: the phases, in order.
+        local_epochs: epochs of a phase whose ``epochs`` is ``None``.
+        local_steps: if set, optimizer steps of a phase whose ``steps`` is ``None``.
+        to_device: moves each batch to the run's device (``None``: batches stay where the loader puts them).
+
+    Yields:
+        ``(phase, its batches)``, a phase's batches to be iterated before the next phase is taken.
+
+    """
+    for phase in phases:
+        batches = phase_batches(phase_loader(loader, phase), phase, local_epochs, local_steps)
+        yield phase, batches if to_device is None else map(to_device, batches)
+
+
 def _batches(loader: Iterable[Any], epochs: int, steps: int | None) -> Iterable[Any]:
     """Batches over ``epochs`` passes of ``loader``, or exactly ``steps`` batches cycling it when ``steps`` is set."""
     if steps is None and epochs == 1:
@@ -226,16 +254,13 @@ def train_phases(
     step_optimizers = cast(list[Optimizer], list(wrapped) if isinstance(wrapped, (list, tuple)) else [wrapped])
     autocast = nullcontext if plain else fabric.autocast
     backward = torch.Tensor.backward if plain else fabric.backward
-    move = fabric.device.type != "cpu"  # in-memory CPU batches need no per-step device dispatch on a CPU run
+    to_device = fabric.to_device if fabric.device.type != "cpu" else None  # CPU batches need no per-step dispatch
     losses: dict[str, list[torch.Tensor]] = {"loss": []}
-    for phase in phases:
+    for phase, batches in local_schedule(loader, phases, local_epochs, local_steps, to_device):
         module.set_local_phase(phase)
         stepped = [step_optimizers[index] for index in phase.optimizers]
         phase_losses = losses.setdefault(phase.loss_key, [])
-        batches = phase_batches(phase_loader(loader, phase), phase, local_epochs, local_steps)
         for batch_idx, batch in enumerate(batches):
-            if move:
-                batch = fabric.to_device(batch)
             with autocast():
                 output = module.training_step(batch, batch_idx)
             loss = output if isinstance(output, torch.Tensor) else output["loss"]

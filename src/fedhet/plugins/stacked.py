@@ -60,7 +60,7 @@ A FLIC with a layer that draws random numbers (dropout: the digits CNN's by defa
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, NamedTuple, cast
@@ -90,9 +90,8 @@ from fedhet.plugins.context import ClientContext, ClientJob, LocalResult
 from fedhet.plugins.local_loop import (
     local_metrics,
     local_optimizers,
+    local_schedule,
     local_training,
-    phase_batches,
-    phase_loader,
     train_phases,
 )
 from fedhet.plugins.runners import LocalRunner
@@ -523,7 +522,7 @@ class StackedRunner(LocalRunner):
             loader = context.client_data(job.client_id).train_dataloader()
             attributes, prepared = _prepare(context, job, loader, names) if names is not None else (None, {})
             draws = stacking.draws if stacking is not None else None
-            batches = [list(_step_batches(context, loader, phase, draws)) for phase in phases]
+            batches = _schedule_batches(context, loader, phases, draws)
             generators = generator_states(devices) if names is not None else None
         state = {name: tensor.detach().clone() for name, tensor in job.slot.tensors().items()}
         kept = context.store[job.client_id].optimizer if module.keep_optimizer_state else None
@@ -622,20 +621,23 @@ def _prepare(
     return {name: getattr(module, name) for name in names}, metrics
 
 
-def _step_batches(
-    context: ClientContext, loader: Iterable[Any], phase: LocalPhase, draws: Callable[[Any, str | None], Any] | None
-) -> Iterator[Any]:
-    """A client's batches of a local phase, on the device, each with its step's random draws (if any).
+def _schedule_batches(
+    context: ClientContext,
+    loader: Iterable[Any],
+    phases: Sequence[LocalPhase],
+    draws: Callable[[Any, str | None], Any] | None,
+) -> list[list[Any]]:
+    """A client's batches of each local phase (its :func:`~fedhet.plugins.local_loop.local_schedule`), on the device.
 
-    A :class:`~fedhet.core.BatchLossModule` draws them (its stacking's ``draws``) right after each batch is drawn: the
-    numbers its ``training_step`` draws on the sequential path, from the same stream (nothing else in a stacked step
-    draws).
+    A :class:`~fedhet.core.BatchLossModule` completes each with its step's random draws (its stacking's ``draws``)
+    right after the batch is drawn: the numbers its ``training_step`` draws on the sequential path, from the same
+    stream (nothing else in a stacked step draws).
     """
-    move = context.fabric.device.type != "cpu"
-    for batch in phase_batches(phase_loader(loader, phase), phase, context.local_epochs, context.local_steps):
-        if move:
-            batch = context.fabric.to_device(batch)
-        yield draws(batch, phase.name) if draws is not None else batch
+    to_device = context.fabric.to_device if context.fabric.device.type != "cpu" else None
+    schedule = local_schedule(loader, phases, context.local_epochs, context.local_steps, to_device)
+    if draws is None:
+        return [list(batches) for _, batches in schedule]
+    return [[draws(batch, phase.name) for batch in batches] for phase, batches in schedule]
 
 
 def _end(context: ClientContext, client: _Ready, attributes: Mapping[str, Any], result: LocalResult) -> LocalResult:
