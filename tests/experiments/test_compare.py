@@ -1,0 +1,131 @@
+"""``fedhet compare`` end to end on the smoke suite: the table against the runs' own metrics, resuming, bad files."""
+
+from __future__ import annotations
+
+import csv
+import math
+import statistics
+from pathlib import Path
+
+import pytest
+import yaml
+from scipy import stats
+
+from fedhet.cli import main
+from fedhet.experiments.results import paired
+
+SMOKE = Path(__file__).resolve().parents[2] / "configs" / "suites" / "smoke.yaml"
+
+
+def _suite(tmp_path: Path, **changes: object) -> Path:
+    """The smoke suite with absolute config paths, its output in ``tmp_path``, and ``changes`` applied."""
+    suite = yaml.safe_load(SMOKE.read_text())
+    for method in suite["methods"].values():
+        method["config"] = str((SMOKE.parent / method["config"]).resolve())
+    suite["output"] = str(tmp_path / "out")
+    suite.update(changes)
+    path = tmp_path / "suite.yaml"
+    path.write_text(yaml.safe_dump(suite))
+    return path
+
+
+def _table(out: Path) -> dict[tuple[str, str], dict[str, str]]:
+    lines = [line for line in (out / "table.csv").read_text().splitlines() if not line.startswith("#")]
+    return {(row["federation"], row["method"]): row for row in csv.DictReader(lines)}
+
+
+def _test_metric(run: Path, key: str) -> float:
+    """``key`` read from the run's test metrics.csv (the version folder whose metrics hold test columns)."""
+    for metrics in sorted(run.glob("version_*/metrics.csv")):
+        with metrics.open(newline="") as handle:
+            for row in csv.DictReader(handle):
+                if row.get(key):
+                    return float(row[key])
+    raise AssertionError(f"no {key} under {run}")
+
+
+def _stamps(out: Path) -> dict[Path, float]:
+    return {p: p.stat().st_mtime_ns for p in (out / "runs").rglob("result.json")}
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_smoke_suite_table_resume_and_tuning(tmp_path: Path) -> None:
+    path = _suite(tmp_path)
+    out = tmp_path / "out"
+    main(["compare", "-c", str(path)])
+    table = _table(out)
+    assert set(table) == {("digits", "fedavg"), ("digits", "fedrep")}
+    values = {
+        m: [_test_metric(out / "runs" / "digits" / m / f"seed{s}", "test/acc_mean") for s in (0, 1)]
+        for m in ("fedavg", "fedrep")
+    }
+    for method, accs in values.items():
+        row = table[("digits", method)]
+        assert row["n"] == "2"
+        assert float(row["test/acc_mean"]) == pytest.approx(statistics.mean(accs))
+        half = stats.t.ppf(0.975, 1) * statistics.stdev(accs) / math.sqrt(2)
+        assert float(row["test/acc_mean ci95"]) == pytest.approx(half)
+        worst = [_test_metric(out / "runs" / "digits" / method / f"seed{s}", "test/acc_worst") for s in (0, 1)]
+        assert float(row["test/acc_worst"]) == pytest.approx(statistics.mean(worst))
+    diffs = [a - b for a, b in zip(values["fedrep"], values["fedavg"], strict=True)]
+    row = table[("digits", "fedrep")]
+    assert float(row["vs fedavg diff"]) == pytest.approx(statistics.mean(diffs))
+    t = statistics.mean(diffs) / (statistics.stdev(diffs) / math.sqrt(2))
+    assert float(row["vs fedavg p"]) == pytest.approx(2 * stats.t.sf(abs(t), 1))
+    # tuning: 3 trials on seed 100 only, the chosen rate in tuned.yaml, the table and the final runs' configs
+    tuned = yaml.safe_load((out / "tuned.yaml").read_text())["digits/fedrep"]["model.init_args.lr"]
+    assert sorted(p.name for p in (out / "tuning" / "digits" / "fedrep").iterdir()) == ["trial0", "trial1", "trial2"]
+    assert f"model.init_args.lr={tuned}" in row["tuned"]
+    final = yaml.safe_load(
+        next((out / "runs" / "digits" / "fedrep" / "seed0").glob("version_0/config.yaml")).read_text()
+    )
+    assert final["model"]["init_args"]["lr"] == pytest.approx(tuned)
+    assert (out / "val_digits.png").stat().st_size > 0
+    assert "commit:" in (out / "table.md").read_text()
+
+    before = _stamps(out)
+    versions = {p for p in (out / "runs").rglob("version_*")}
+    main(["compare", "-c", str(path)])  # everything has a result: nothing runs
+    assert _stamps(out) == before
+    assert {p for p in (out / "runs").rglob("version_*")} == versions
+
+    (out / "runs" / "digits" / "fedavg" / "seed1" / "result.json").unlink()
+    main(["compare", "-c", str(path)])
+    after = _stamps(out)
+    rerun = [p for p in after if before.get(p) != after[p]]
+    assert rerun == [out / "runs" / "digits" / "fedavg" / "seed1" / "result.json"]
+    new = {p for p in (out / "runs").rglob("version_*")} - versions
+    assert {p.parent for p in new} == {out / "runs" / "digits" / "fedavg" / "seed1"}
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"baseline": "fedprox"}, "baseline"),
+        ({"colour": 1}, "the file"),
+        ({"tuning": {"trials": 3, "seeds": [1]}}, "tuning.seeds"),
+        ({"federations": {"x": "missing.yaml"}}, "federations.x"),
+    ],
+)
+def test_bad_suite_is_one_line_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], changes: dict[str, object], field: str
+) -> None:
+    path = _suite(tmp_path, **changes)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["compare", "-c", str(path)])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert err.startswith(f"fedhet compare: error: suite file '{path}': {field}:")
+    assert not (tmp_path / "out").exists()
+
+
+def test_paired_wilcoxon_from_six_seeds() -> None:
+    """Six seeds all above the baseline: the exact signed-rank p is 2 / 2**6; five seeds give none."""
+    base = [{"seed": s, "test": {"test/acc_mean": 0.5}} for s in range(6)]
+    method = [{"seed": s, "test": {"test/acc_mean": 0.5 + 0.01 * (s + 1)}} for s in range(6)]
+    six = paired(method, base, "test/acc_mean")
+    assert six["wilcoxon_p"] == pytest.approx(2 / 2**6)
+    assert six["diff"] == pytest.approx(0.035)
+    assert math.isnan(paired(method[:5], base, "test/acc_mean")["wilcoxon_p"])
