@@ -111,8 +111,8 @@ class FederatedClassifier(FederatedModule):
         """A term added to every local step's mean loss (e.g. FedProx's proximal term); none by default.
 
         A pure function of the client's parameters and of those it received at the start of the round (both
-        ``name -> tensor`` over ``named_parameters()``), so that the stacked path (``stack_clients``) can compute it
-        for each client of a stack under ``torch.func.vmap`` as :meth:`training_step` does for one client.
+        ``name -> tensor`` over ``named_parameters()``), so that the stacked path (``StackedRunner``) can compute it
+        for each client of a stack under ``torch.func.vmap`` as :meth:`step_loss` does for one client.
 
         Returns:
             a scalar tensor.

@@ -105,13 +105,13 @@ class FLIC(FederatedClassifier):
     optimizer after one backward pass. Under a plain ``lightning.Trainer`` (whose automatic optimisation steps one
     optimizer) the module runs both in its own hooks, with the same maths.
 
-    Clients train in stacks too (``FederatedTrainer(stack_clients=N)``, :mod:`fedhet.plugins.stacked`): the step's
-    loss is :meth:`masked_loss`, the terms of ``training_step`` over a presence mask of all :math:`C` classes with
-    padding rows left out (a client trained alone evaluates its batch's classes only), and its anchor noise is drawn
-    with the batch (:meth:`step_draws`): the numbers ``training_step`` draws, :math:`J` for each class of the batch,
-    placed in a ``(J, C, k)`` layout, as are the anchor samples of ``anchor_stats="sampled"`` (a ``(B, k)`` draw per
-    term that uses them); ``anchor_update="paper"``'s step after training draws where the client's training draws
-    ended, as alone.
+    Clients train in stacks too (``FederatedTrainer(runner=StackedRunner(N))``, :mod:`fedhet.plugins.stacked`): the
+    step's loss is :meth:`masked_loss`, the terms of ``training_step`` over a presence mask of all :math:`C` classes
+    with padding rows left out (a client trained alone evaluates its batch's classes only), and its anchor noise is
+    drawn with the batch (:meth:`step_draws`, its :meth:`stacking`'s ``draws``): the numbers ``training_step``
+    draws, :math:`J` for each class of the batch, placed in a ``(J, C, k)`` layout, as are the anchor samples of
+    ``anchor_stats="sampled"`` (a ``(B, k)`` draw per term that uses them); ``anchor_update="paper"``'s step after
+    training draws where the client's training draws ended, as alone.
 
     Uploads: the shared parameters (``body.hidden.*`` for FLIC-HL, nothing for FLIC-Class) and the statistics
     ``flic/anchor_means`` :math:`(C, k)` (``flic/anchor_factors`` :math:`(C, k, k)` with learned covariances,
