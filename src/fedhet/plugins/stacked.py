@@ -28,34 +28,15 @@ split back after; clients join one stack only if their states agree on the scala
 A module may have several optimizers (each element-wise): each phase steps the ones it names, as on the sequential
 path, each over the stacked leaves of its own parameters; an optimizer may also step tensors the module holds as
 attributes named in its stacking's ``client_attributes`` (made per client by its ``configure_optimizers()``), which
-then become trained leaves of their own. FLIC (Rakotomamonjy et al., TMLR 2024) stacks this way:
-
-* its **preparation phases** (pre-training of the embedding at a client's first participation, re-alignment at later
-  ones: rare, with their own Adam and batch size) run for each client, one at a time with its ``training_step``,
-  before it joins a stack: the client is started as the sequential path starts it (its ``LocalTraining``, its
-  optimizers built, ``on_train_start``), the preparation phases run, and its state is taken after them; their loss and
-  steps join its metrics. Only the regular local phases are stacked;
-* its **anchor copy** (``anchor_update="code"``: a copy of the received anchor means, made by
-  ``configure_optimizers()`` and stepped by a second Adam in every local phase) is one of its stacking's
-  ``client_attributes``: each client's copy becomes a ``(K, C, k)`` leaf, stepped by an Adam over the stacked
-  leaves (K independent ones), and each client's trained copy is handed back to its ``on_train_end``, which uploads it;
-* its **loss is not a mean of per-sample losses** (the :math:`W_2^2` between anchors and the batch's class moments):
-  it is a :class:`~fedhet.core.BatchLossModule`, whose ``masked_loss(batch, mask)`` the stacked path calls under
-  ``vmap``; the classes a batch holds are a presence mask over all :math:`C` classes, not a data-dependent ``unique``
-  (:mod:`fedhet.functional.anchors`); its sequential ``training_step`` computes the same functions on the batch's
-  classes only;
-* its **random anchor samples** are drawn with the batch (its stacking's ``draws``): the numbers the sequential
-  ``training_step`` draws (:math:`J` for each class of the batch, after the forward pass, which in a stack draws
-  nothing), placed in a ``(J, C, k)`` layout, so both take the same numbers from the same stream in the same order.
-
-* its **anchor step of the paper** (``anchor_update="paper"``: one gradient step of the anchors with anchor samples,
-  after training, in ``on_train_end``) draws where the client's training draws ended: the stacked path keeps each
-  client's generator states once its batches and their draws are taken, and puts them back for its ``on_train_end``.
-
-* its **sampled anchor statistics** (``anchor_stats="sampled"``: anchor samples, one per labelled row, inside the
-  :math:`W_2^2` terms) are drawn with the batch too, a ``(B, k)`` draw per term, zero-padded with the batch.
-
-A FLIC with a layer that draws random numbers (dropout: the digits CNN's by default) is refused, as any such module.
+then become trained leaves of their own (FLIC's anchor copy). A module's ``preparation_phases()`` (FLIC's
+pre-training) run for each client, one at a time with its ``training_step``, before it joins a stack; its state and
+their metrics are taken after them. A :class:`~fedhet.core.BatchLossModule` (FLIC: the :math:`W_2^2` between anchors
+and the batch's class moments) gives ``masked_loss(batch, mask)``, called under ``vmap`` with shapes fixed by the
+number of classes, and draws its step's random numbers with each batch (its stacking's ``draws``): the numbers its
+sequential ``training_step`` draws, from the same stream in the same order. Each client's generator states are kept
+once its batches and their draws are taken and put back for its ``on_train_end`` (FLIC's anchor step of the paper).
+How each of FLIC's options stacks is in :class:`~fedhet.modules.FLIC`; a module with a layer that draws random numbers
+(dropout) is refused.
 """
 
 from __future__ import annotations
