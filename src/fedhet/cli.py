@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import importlib
+import inspect
 import os
 import sys
 from argparse import Action
@@ -16,8 +18,12 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, _Instan
 from fedhet.cli_text import error_sentence, plain_text
 from fedhet.datamodules.federated import FederatedDataModule
 from fedhet.modules.base import FederatedModule
+from fedhet.plugins.epochs import epoch_schedule
+from fedhet.plugins.options import Reporting
 from fedhet.plugins.run_folder import config_root, latest_checkpoint
 from fedhet.plugins.trainer import FederatedTrainer
+
+_DEFAULT_ROUNDS = inspect.signature(FederatedTrainer).parameters["rounds"].default
 
 
 def _import_class(path: str) -> Any:
@@ -161,6 +167,14 @@ class FederatedCLI(LightningCLI):
         """Add the FederatedTrainer's arguments (it is not a ``lightning.Trainer``), then model and data."""
         parser.add_class_arguments(FederatedTrainer, "trainer", instantiate=False, fail_untyped=False, sub_configs=True)
         parser.set_defaults({f"trainer.{k}": v for k, v in self.trainer_defaults.items() if k != "callbacks"})
+        parser.add_argument(
+            "--epochs",
+            type=int | None,
+            default=None,
+            help="The run's length in epochs of local training, in place of trainer.rounds: the rounds follow from"
+            " the module's rounds per epoch (Global Layers' per-step schedule: B rounds an epoch), and"
+            " trainer.reporting.eval_every then counts epochs.",
+        )
         parser.add_lightning_class_args(self._model_class, "model", subclass_mode=self.subclass_mode_model)
         parser.add_lightning_class_args(self._datamodule_class, "data", subclass_mode=self.subclass_mode_data)
 
@@ -202,6 +216,16 @@ class FederatedCLI(LightningCLI):
         """
         section = _subcommand_section(self.config_init, self.subcommand)
         config = {**section.get("trainer", {}), **kwargs}
+        if section.get("epochs") is not None:  # the length in epochs (fedhet.plugins.epochs)
+            if config.get("rounds", _DEFAULT_ROUNDS) != _DEFAULT_ROUNDS:
+                raise ValueError(
+                    f"give the run's length once: epochs={section['epochs']} or trainer.rounds={config['rounds']}"
+                    " (add --epochs null to count rounds)"
+                )
+            reporting = config.get("reporting") or Reporting()
+            schedule = epoch_schedule(self.model, section["epochs"], reporting.eval_every)
+            config["rounds"] = schedule.rounds
+            config["reporting"] = dataclasses.replace(reporting, eval_every=schedule.eval_every)
         extra = [section.get(key) for key in self._parser(self.subcommand).callback_keys]
         persistent = self.trainer_defaults.get("callbacks") or []
         persistent = list(persistent) if isinstance(persistent, (list, tuple)) else [persistent]

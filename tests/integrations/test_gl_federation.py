@@ -209,7 +209,8 @@ def test_configs_build_the_paper_settings(path, tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("path", sorted(CONFIGS.glob("covertype*.yaml")), ids=lambda p: p.stem)
 def test_covertype_configs_run_end_to_end_on_the_fixture(path, tmp_path, monkeypatch):
-    """Each Covertype config, unchanged but for the data file (the 400-row fixture of the UCI schema) and 1 round."""
+    """Each Covertype config, unchanged but for the data file (the 400-row fixture of the UCI schema) and 1 round
+    (``--epochs null``: its length counted in rounds)."""
     from tests.datamodules.datasets.covtype_fixture import FIXTURE
 
     monkeypatch.setattr("sys.argv", ["fedhet"])
@@ -217,8 +218,8 @@ def test_covertype_configs_run_end_to_end_on_the_fixture(path, tmp_path, monkeyp
     data = {"path": str(FIXTURE), "num_train": "200", "num_val": "60", "download": "false"}
     overrides = [arg for key, value in data.items() for arg in (f"--data.init_args.{nested}{key}", value)]
     cli = FederatedCLI(
-        args=["fit", "-c", str(path), "--trainer.default_root_dir", str(tmp_path), "--trainer.rounds", "1",
-              "--trainer.reporting.progress_bar", "false", *overrides],
+        args=["fit", "-c", str(path), "--trainer.default_root_dir", str(tmp_path), "--epochs", "null",
+              "--trainer.rounds", "1", "--trainer.reporting.progress_bar", "false", *overrides],
     )  # fmt: skip
     metrics = cli.trainer.history[-1]
     num_clients = 1 if "centralised" in path.stem else 4

@@ -1,7 +1,11 @@
 """A federation's length in epochs: Global Layers' per-step schedule without computing rounds by hand."""
 
+import sys
+from pathlib import Path
+
 import pytest
 
+from fedhet.cli import FederatedCLI
 from fedhet.modules import GlobalLayers
 from fedhet.plugins.epochs import EpochSchedule, epoch_schedule
 from tests.integrations.test_gl_federation import CLIENTS, TINY, federation, fit
@@ -37,3 +41,29 @@ def test_either_schedule_gives_every_client_its_batches_per_epoch_steps_each_epo
     assert len(rec.aggregates) == schedule.rounds
     for cid in CLIENTS:
         assert sum(steps for (_, c), steps in rec.steps.items() if c == cid) == 2 * 3  # epochs x B
+
+
+CONFIGS = Path(__file__).parents[2] / "configs"
+
+
+@pytest.fixture
+def no_argv(monkeypatch):
+    """LightningCLI warns when it is given ``args`` while ``sys.argv`` holds pytest's own arguments."""
+    monkeypatch.setattr(sys, "argv", ["fedhet"])
+
+
+def test_a_config_states_epochs_and_the_cli_takes_the_rounds_from_the_module(no_argv):
+    heart = ["-c", str(CONFIGS / "gl" / "heart.yaml")]
+    trainer = FederatedCLI(args=heart, run=False).trainer  # epochs: 10, B = 5, aggregate_every: step
+    assert (trainer.rounds, trainer.reporting.eval_every) == (50, 5)
+    per_epoch = [*heart, "--model.init_args.aggregate_every", "epoch", "--epochs", "3"]
+    trainer = FederatedCLI(args=per_epoch, run=False).trainer
+    assert (trainer.rounds, trainer.reporting.eval_every) == (3, 1)
+    rounds = [*heart, "--epochs", "null", "--trainer.rounds", "7"]
+    assert FederatedCLI(args=rounds, run=False).trainer.rounds == 7
+
+
+def test_a_length_given_twice_is_refused(no_argv, capsys):
+    with pytest.raises(SystemExit):
+        FederatedCLI(args=["-c", str(CONFIGS / "gl" / "heart.yaml"), "--trainer.rounds", "7"], run=False)
+    assert "give the run's length once: epochs=10 or trainer.rounds=7" in capsys.readouterr().err
