@@ -257,7 +257,13 @@ def main(args: list[str] | None = None) -> None:
     if args is None:  # Lightning reads the command line itself (and warns when given both)
         sys.argv[1:] = argv
     try:
-        FederatedCLI(full_errors=debug, args=None if args is None else argv)
+        from fedhet.callbacks.accuracy_curve import AccuracyCurve
+
+        FederatedCLI(
+            full_errors=debug,
+            args=None if args is None else argv,
+            trainer_defaults={"callbacks": [AccuracyCurve()]},  # plots/accuracy.png in every run folder
+        )
     except Exception as err:
         if debug:
             raise
