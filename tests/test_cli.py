@@ -22,7 +22,8 @@ from fedhet.plugins.stacked import StackedRunner
 ROOT = Path(__file__).parents[1]
 CONFIG_DIR = ROOT / "configs"
 DATA_CONFIG_DIR = CONFIG_DIR / "data"  # federations alone (a `data:` section), given after a method's config
-CONFIGS = sorted(path for path in CONFIG_DIR.rglob("*.yaml") if path.parent != DATA_CONFIG_DIR)
+SUITE_DIR = CONFIG_DIR / "suites"  # fedhet compare suites, not fedhet fit configs
+CONFIGS = sorted(path for path in CONFIG_DIR.rglob("*.yaml") if path.parent not in (DATA_CONFIG_DIR, SUITE_DIR))
 FEDAVG = str(CONFIG_DIR / "fedavg" / "digits.yaml")
 
 
