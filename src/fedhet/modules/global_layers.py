@@ -196,8 +196,9 @@ class GlobalLayers(FederatedModule):
     When the global layers are averaged (``aggregate_every``): the paper (§3.4) averages each time every client has
     made one step on its batch, ``"step"`` (the default); the authors' code averages once per epoch, after all ``B``
     steps, ``"epoch"``. With ``"step"`` one federation round is one batch step, so an epoch is ``B`` rounds, as
-    :meth:`rounds_per_epoch` declares: state the length in epochs and take the trainer's ``rounds`` and ``eval_every``
-    from :func:`fedhet.plugins.epochs.epoch_schedule` (``epoch_schedule(model, epochs=10)`` gives 50 rounds evaluated
+    :meth:`rounds_per_epoch` declares: state the length in epochs, ``epochs: 10`` in a ``fedhet fit`` config (the
+    shipped ``configs/gl``), or in Python take the trainer's ``rounds`` and ``eval_every`` from
+    :func:`fedhet.plugins.epochs.epoch_schedule` (``epoch_schedule(model, epochs=10)`` gives 50 rounds evaluated
     every 5 with ``B = 5``). The engine draws each round's batch from a
     fresh shuffle of the client's rows, so over one epoch of ``"step"`` rounds a row can be drawn twice or not at all,
     where ``"epoch"`` visits ``B * floor(n_k / B)`` distinct rows.
