@@ -84,6 +84,17 @@ def git_commit(folder: Path) -> str:
     return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
 
 
+def suite_label(path: Path) -> str:
+    """``path`` relative to the root of its git work tree (no machine's folders in a results file), else its name."""
+    try:
+        top = subprocess.run(
+            ["git", "rev-parse", "--show-toplevel"], cwd=path.parent, capture_output=True, text=True, check=True
+        )
+        return path.resolve().relative_to(Path(top.stdout.strip()).resolve()).as_posix()
+    except (OSError, subprocess.CalledProcessError, ValueError):
+        return path.name
+
+
 def configs_sha256(results: Sequence[Mapping[str, Any]]) -> str:
     """One sha256 over the runs' resolved ``config.yaml`` digests, in run order."""
     return hashlib.sha256("\n".join(r["config_sha256"] for r in results).encode()).hexdigest()
@@ -95,7 +106,7 @@ def write_results(suite: Suite, results: list[dict[str, Any]], tuned: Mapping[st
     from fedhet.experiments.results import table_rows, to_csv, to_markdown
 
     provenance = {
-        "suite": str(suite.path),
+        "suite": suite_label(suite.path),
         "commit": git_commit(suite.path.parent),
         "configs_sha256": configs_sha256(results),
     }
