@@ -13,6 +13,7 @@ from scipy import stats
 
 from fedhet.cli import main
 from fedhet.experiments.results import paired
+from fedhet.experiments.suite import load_suite
 
 SMOKE = Path(__file__).resolve().parents[2] / "configs" / "suites" / "smoke.yaml"
 
@@ -51,10 +52,12 @@ def _stamps(out: Path) -> dict[Path, float]:
 @pytest.mark.slow
 @pytest.mark.distributed
 def test_smoke_suite_table_resume_and_tuning(tmp_path: Path) -> None:
-    path = _suite(tmp_path)
-    out = tmp_path / "out"
+    path = _suite(tmp_path, results="committed/smoke")  # relative to the suite file's folder
+    out, res = tmp_path / "out", tmp_path / "committed" / "smoke"
     main(["compare", "-c", str(path)])
-    table = _table(out)
+    assert not (out / "table.md").exists()  # the runs stay in output, the results go to `results`
+    assert (res / "tuned.yaml").read_text() == (out / "tuned.yaml").read_text()
+    table = _table(res)
     assert set(table) == {("digits", "fedavg"), ("digits", "fedrep")}
     values = {
         m: [_test_metric(out / "runs" / "digits" / m / f"seed{s}", "test/acc_mean") for s in (0, 1)]
@@ -81,8 +84,8 @@ def test_smoke_suite_table_resume_and_tuning(tmp_path: Path) -> None:
         next((out / "runs" / "digits" / "fedrep" / "seed0").glob("version_0/config.yaml")).read_text()
     )
     assert final["model"]["init_args"]["lr"] == pytest.approx(tuned)
-    assert (out / "val_digits.png").stat().st_size > 0
-    assert "commit:" in (out / "table.md").read_text()
+    assert (res / "val_digits.png").stat().st_size > 0
+    assert "commit:" in (res / "table.md").read_text()
 
     before = _stamps(out)
     versions = {p for p in (out / "runs").rglob("version_*")}
@@ -106,6 +109,7 @@ def test_smoke_suite_table_resume_and_tuning(tmp_path: Path) -> None:
         ({"colour": 1}, "the file"),
         ({"tuning": {"trials": 3, "seeds": [1]}}, "tuning.seeds"),
         ({"federations": {"x": "missing.yaml"}}, "federations.x"),
+        ({"results": ["a"]}, "results"),
     ],
 )
 def test_bad_suite_is_one_line_exit_2(
@@ -119,6 +123,16 @@ def test_bad_suite_is_one_line_exit_2(
     assert len(err.splitlines()) == 1
     assert err.startswith(f"fedhet compare: error: suite file '{path}': {field}:")
     assert not (tmp_path / "out").exists()
+
+
+def test_results_folder_is_relative_to_the_suite_file_and_defaults_to_output(tmp_path: Path) -> None:
+    (tmp_path / "suites").mkdir()
+    default = load_suite(_suite(tmp_path / "suites"))
+    assert default.results_folder == default.output == tmp_path / "suites" / "out"
+    (tmp_path / "elsewhere").mkdir()
+    moved = load_suite(_suite(tmp_path / "elsewhere", results="../results/smoke"))
+    assert moved.results_folder == tmp_path / "results" / "smoke"
+    assert moved.output == tmp_path / "elsewhere" / "out"
 
 
 def test_paired_wilcoxon_from_six_seeds() -> None:

@@ -4,15 +4,16 @@ Runs go ``workers`` at a time, each a ``fedhet fit`` and a ``fedhet test`` in su
 (:func:`~fedhet.experiments.runs.execute`); a run with a ``result.json`` is skipped, so a suite stopped half-way goes
 on where it stopped. A method with a search space is first tuned per federation on the tuning seeds
 (:func:`~fedhet.experiments.tuning.tune`, validation only, pruned through the study's storage), and its final runs use
-the chosen values (``tuned.yaml``). The results folder gets ``table.md``, ``table.csv``
-(:mod:`~fedhet.experiments.results`) and the figures (:mod:`~fedhet.experiments.plots`), each naming the suite file,
-the git commit and the sha256 of the runs' resolved configs.
+the chosen values (``tuned.yaml``). The results folder (the suite's ``results``, default ``output``) gets
+``table.md``, ``table.csv`` (:mod:`~fedhet.experiments.results`), the figures (:mod:`~fedhet.experiments.plots`) and a
+copy of ``tuned.yaml``, each naming the suite file, the git commit and the sha256 of the runs' resolved configs.
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -101,7 +102,12 @@ def configs_sha256(results: Sequence[Mapping[str, Any]]) -> str:
 
 
 def write_results(suite: Suite, results: list[dict[str, Any]], tuned: Mapping[str, Mapping[str, Any]]) -> list[Path]:
-    """Write ``table.md``, ``table.csv`` and the figures into ``suite.output``; return their paths."""
+    """Write ``table.md``, ``table.csv``, the figures and a copy of ``tuned.yaml`` into the suite's results folder.
+
+    Returns:
+        the paths written (``tuned.yaml`` only when the results folder is not ``output``, where it already is).
+
+    """
     from fedhet.experiments.plots import plot_suite
     from fedhet.experiments.results import table_rows, to_csv, to_markdown
 
@@ -112,11 +118,16 @@ def write_results(suite: Suite, results: list[dict[str, Any]], tuned: Mapping[st
     }
     header = [f"# Suite {suite.name}", "", *(f"- {k}: `{v}`" for k, v in provenance.items())]
     rows = table_rows(results, suite.metric, suite.baseline, tuned)
-    md, csv_path = suite.output / "table.md", suite.output / "table.csv"
+    folder = suite.results_folder
+    folder.mkdir(parents=True, exist_ok=True)
+    md, csv_path = folder / "table.md", folder / "table.csv"
     md.write_text(to_markdown(rows, suite.baseline, header))
     csv_path.write_text("".join(f"# {k}: {v}\n" for k, v in provenance.items()) + to_csv(rows))
-    figures = plot_suite(results, suite.metric, suite.output, provenance)
-    return [md, csv_path, *figures]
+    figures = plot_suite(results, suite.metric, folder, provenance)
+    copies = []
+    if folder != suite.output and (suite.output / TUNED_FILE).is_file():
+        copies.append(Path(shutil.copyfile(suite.output / TUNED_FILE, folder / TUNED_FILE)))
+    return [md, csv_path, *figures, *copies]
 
 
 def compare(suite: Suite, progress: Callable[[str], None] | None = None) -> list[Path]:
@@ -195,4 +206,4 @@ def main(argv: list[str]) -> None:
         written = compare(suite)
     except RuntimeError as err:
         sys.exit(f"fedhet compare: error: {err}")
-    print(f"results in {suite.output}: {', '.join(p.name for p in written)}")
+    print(f"results in {suite.results_folder}: {', '.join(p.name for p in written)}")

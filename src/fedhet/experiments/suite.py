@@ -15,9 +15,13 @@
     tuning: {trials: 3, seeds: [100], storage: tuning.log, metric: val/acc_mean}
     workers: 2              # runs at once (default: the CPU count)
     output: fedhet_runs/suites/smoke
+    results: ../../results/smoke  # optional: where the table and figures go (default: output)
 
-Config paths are read relative to the folder of the suite file, ``output`` (default ``fedhet_runs/suites/<name>``)
-and a tuning storage file relative to the current folder (the storage file inside ``output``).
+Config paths and ``results`` are read relative to the folder of the suite file, ``output`` (default
+``fedhet_runs/suites/<name>``) and a tuning storage file relative to the current folder (the storage file inside
+``output``). ``output`` holds the run folders, the tuning trials and ``tuned.yaml``; ``results`` gets ``table.md``,
+``table.csv``, the figures and a copy of ``tuned.yaml``, so a results folder kept under version control is rewritten
+by the one command while the runs stay out of it.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ import yaml
 
 from fedhet.experiments.search_space import SearchSpace
 
-_TOP = {"name", "federations", "methods", "seeds", "baseline", "metric", "tuning", "workers", "output"}
+_TOP = {"name", "federations", "methods", "seeds", "baseline", "metric", "tuning", "workers", "output", "results"}
 _METHOD = {"config", "overrides", "search"}
 _TUNING = {"trials", "seeds", "storage", "metric"}
 
@@ -89,6 +93,12 @@ class Suite:
     tuning: TuningSpec | None
     workers: int
     output: Path
+    results: Path | None = None
+
+    @property
+    def results_folder(self) -> Path:
+        """Where ``fedhet compare`` writes the table, the figures and a copy of ``tuned.yaml`` (``output`` if unset)."""
+        return self.output if self.results is None else self.results
 
 
 def _fail(path: Path, where: str, problem: str) -> SuiteError:
@@ -204,4 +214,19 @@ def load_suite(path: str | Path) -> Suite:
     if tuning is None and any(m.search is not None for m in methods.values()):
         tuning = _tuning(path, {}, seeds, output.resolve())
     workers = _positive(path, "workers", top.get("workers", os.cpu_count() or 1))
-    return Suite(path, name, federations, methods, seeds, baseline, metric, tuning, workers, output.resolve())
+    results = top.get("results")
+    if results is not None and (not isinstance(results, str) or not results):
+        raise _fail(path, "results", f"expected a folder path, got {results!r}")
+    return Suite(
+        path,
+        name,
+        federations,
+        methods,
+        seeds,
+        baseline,
+        metric,
+        tuning,
+        workers,
+        output.resolve(),
+        None if results is None else (path.parent / results).resolve(),
+    )
