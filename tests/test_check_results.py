@@ -115,3 +115,86 @@ def test_a_script_in_a_subfolder_is_measured_code(repo: Path) -> None:
     _commit(repo, {"benchmarks/parity/fedpac.py": "print(2)\n"}, "script change")
     verdict = check_results.check_file(repo, Path("benchmarks/results/parity_fedpac.md"))
     assert (verdict.status, verdict.changed) == ("stale", ("benchmarks/parity/fedpac.py",))
+
+
+SUITE = """name: s
+federations: {heart: ../../configs/data/heart.yaml, own: null}
+methods:
+  fedavg: {config: ../../configs/fedavg/x.yaml}
+  fedrep: {config: ../../configs/fedrep/x.yaml, overrides: {trainer.rounds: 2}}
+seeds: [0]
+baseline: fedavg
+"""
+TABLE = Path("benchmarks/results/suites/s/table.md")
+
+
+def _suite_table(commit: str, suite: str = "benchmarks/suites/s.yaml", sha: str = "ab" * 32) -> str:
+    return f"# Suite s\n\n- suite: `{suite}`\n- commit: `{commit}`\n- configs_sha256: `{sha}`\n\n| a |\n|---|\n"
+
+
+@pytest.fixture
+def suite_repo(repo: Path) -> tuple[Path, str]:
+    """``repo`` with a suite naming two method configs and a data config, and its results at the suite's commit."""
+    configs = {
+        f"configs/{name}": "a: 1\n" for name in ("data/heart.yaml", "fedavg/x.yaml", "fedrep/x.yaml", "fedper/x.yaml")
+    }
+    _commit(repo, {"benchmarks/suites/s.yaml": SUITE, **configs}, "suite")
+    measured = _git(repo, "rev-parse", "HEAD")  # fedhet compare records the full hash
+    _commit(repo, {str(TABLE): _suite_table(measured)}, "results")
+    return repo, measured
+
+
+def test_suite_results_fresh_until_the_suite_or_a_config_it_names_changes(suite_repo: tuple[Path, str]) -> None:
+    repo, _ = suite_repo
+    _commit(repo, {"configs/fedper/x.yaml": "a: 2\n", "docs/notes.md": "c\n"}, "a config the suite does not name")
+    verdict = check_results.check_suite(repo, TABLE)
+    assert (verdict.script, verdict.status, verdict.changed) == ("benchmarks/suites/s.yaml", "fresh", ())
+    for path in ("configs/data/heart.yaml", "configs/fedrep/x.yaml", "src/fedhet/plugins/trainer.py"):
+        before = (repo / path).read_text()
+        _commit(repo, {path: before + "# changed\n"}, f"change {path}")
+        verdict = check_results.check_suite(repo, TABLE)
+        assert (verdict.status, verdict.changed) == ("stale", (path,))
+        _commit(repo, {path: before}, "revert")  # content, not history, decides
+        assert check_results.check_suite(repo, TABLE).status == "fresh"
+    _commit(repo, {"benchmarks/suites/s.yaml": SUITE.replace("seeds: [0]", "seeds: [0, 1]")}, "more seeds")
+    assert check_results.check_suite(repo, TABLE).changed == ("benchmarks/suites/s.yaml",)
+
+
+def test_a_method_added_to_the_suite_makes_it_stale(suite_repo: tuple[Path, str]) -> None:
+    """A method added to the suite (its config unchanged since the results) changes the suite file: stale."""
+    repo, _ = suite_repo
+    added = SUITE.replace("seeds: [0]", "  fedper: {config: ../../configs/fedper/x.yaml}\nseeds: [0]")
+    _commit(repo, {"benchmarks/suites/s.yaml": added}, "a method more")
+    assert check_results.suite_paths(repo, "benchmarks/suites/s.yaml") == (
+        "benchmarks/suites/s.yaml",
+        "configs/data/heart.yaml",
+        "configs/fedavg/x.yaml",
+        "configs/fedper/x.yaml",
+        "configs/fedrep/x.yaml",
+        "src/fedhet",
+    )
+    assert check_results.check_suite(repo, TABLE).changed == ("benchmarks/suites/s.yaml",)
+
+
+@pytest.mark.parametrize(
+    ("commit", "text", "status"),
+    [
+        ("0123456789abcdef0123456789abcdef01234567", None, "unknown"),  # a commit this repository does not hold
+        ("{measured}+dirty", None, "dirty"),  # written with uncommitted changes
+        ("{measured}", "# Suite s\n\n- commit: `{measured}`\n", "unknown"),  # names no suite, no configs' sha256
+    ],
+)
+def test_unverifiable_suite_results_are_flagged(
+    suite_repo: tuple[Path, str], commit: str, text: str | None, status: str
+) -> None:
+    repo, measured = suite_repo
+    table = _suite_table(commit.format(measured=measured)) if text is None else text.format(measured=measured)
+    _commit(repo, {str(TABLE): table}, "results")
+    assert check_results.check_suite(repo, TABLE).status == status
+
+
+def test_check_all_lists_suite_results_beside_the_files(suite_repo: tuple[Path, str]) -> None:
+    repo, measured = suite_repo
+    _commit(repo, {"benchmarks/results/scale.md": _results(measured)}, "a script's results")
+    verdicts = {v.results: v.status for v in check_results.check_all(repo)}
+    assert verdicts == {"benchmarks/results/scale.md": "fresh", str(TABLE): "fresh"}
