@@ -1,19 +1,25 @@
-"""One client's local work, driven through Fabric with the module's own Lightning hooks."""
+"""Local training: a client's schedule, its set-up in its module, and the one loop over phases and batches.
+
+:func:`run_phases` is the loop of every local training, for one client or a stack of ``K``: it sets each phase in the
+module and runs a step on each batch; the step is what differs with the group (:mod:`fedhet.plugins.local_step`: the
+module's own ``training_step`` for one client, as :func:`run_local_training` and a stack's preparation phases run it;
+the ``vmap`` of the clients' losses for a stack, :func:`~fedhet.plugins.stacked.train_stack`).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager, nullcontext
-from typing import Any, cast
+from contextlib import contextmanager
+from typing import Any
 
 import torch
 from lightning.fabric import Fabric
-from lightning.fabric.plugins import Precision
 from torch.optim import Optimizer
 from torch.utils.data import DataLoader
 
 from fedhet.core import EngineModule, LocalPhase, LocalTraining
 from fedhet.datamodules.tensor_dataset import TensorBatchLoader, TensorPairDataset
+from fedhet.plugins.local_step import LocalStep, ModuleStep
 
 
 def local_optimizers(module: EngineModule) -> list[Optimizer]:
@@ -105,6 +111,11 @@ def local_schedule(
     for phase in phases:
         batches = phase_batches(phase_loader(loader, phase), phase, local_epochs, local_steps)
         yield phase, batches if to_device is None else map(to_device, batches)
+
+
+def batch_mover(fabric: Fabric) -> Callable[[Any], Any] | None:
+    """What moves a batch to the run's device: ``fabric.to_device``; ``None`` on CPU (no per-step dispatch needed)."""
+    return fabric.to_device if fabric.device.type != "cpu" else None
 
 
 def _batches(loader: Iterable[Any], epochs: int, steps: int | None) -> Iterable[Any]:
@@ -215,7 +226,11 @@ def run_local_training(
             for optimizer, state in zip(built, states, strict=True):
                 optimizer.load_state_dict(state)
         module.on_train_start()
-        losses = train_phases(fabric, module, loader, phases, built, local_epochs, local_steps)
+        losses = run_phases(
+            module,
+            ModuleStep(fabric, module, built),
+            local_schedule(loader, phases, local_epochs, local_steps, batch_mover(fabric)),
+        )
         module.on_train_end()
     metrics = local_metrics(training.logs, losses, fabric.device.type != "cpu")
     if not keep_optimizer_state:
@@ -224,52 +239,35 @@ def run_local_training(
     return metrics, states[0] if len(states) == 1 else states
 
 
-def train_phases(
-    fabric: Fabric,
-    module: EngineModule,
-    loader: Iterable[Any],
-    phases: Sequence[LocalPhase],
-    optimizers: Sequence[Optimizer],
-    local_epochs: int,
-    local_steps: int | None,
+def run_phases(
+    module: EngineModule, step: LocalStep, schedule: Iterable[tuple[LocalPhase, Iterable[Any]]]
 ) -> dict[str, list[torch.Tensor]]:
-    """Run ``phases`` with the module's ``training_step``, each stepping the ``optimizers`` it names; phase left after.
+    """The local loop, for one client or a stack of them: each phase of ``schedule``, each of its batches a ``step``.
+
+    Each phase is set in the module (``set_local_phase``: it freezes what the phase does not train) and taken up by
+    the step (the optimizers it names); the phase is left after the last, also on an error. The step is what differs
+    with the size of the group (:mod:`fedhet.plugins.local_step`): the module's own ``training_step`` for one client,
+    the ``vmap`` of their losses for a stack.
 
     Args:
-        fabric: the run's Fabric (device, precision, backward).
-        module: the client's module, started (``on_train_start``) and holding its ``LocalTraining``.
-        loader: the client's training batches.
-        phases: the phases to run, in order.
-        optimizers: the module's optimizers (``configure_optimizers()``), as built.
-        local_epochs: epochs of a phase whose ``epochs`` is ``None``.
-        local_steps: if set, optimizer steps of a phase whose ``steps`` is ``None``.
+        module: the module (a client's, holding its ``LocalTraining``; or a stack's architecture).
+        step: trains on one batch of the group.
+        schedule: each phase with its batches (:func:`local_schedule`; for a stack, the clients' batches of each step).
 
     Returns:
-        each step's loss under its phase's ``loss_key`` (``"loss"`` always present).
+        each step's loss (a scalar, or ``(K,)`` for a stack) under its phase's ``loss_key`` (``"loss"`` always present).
 
     """
-    # full precision needs none of Fabric's loss scaling or autocast: skip their per-step dispatch
-    plain = type(fabric.strategy.precision) is Precision
-    wrapped = fabric.setup_optimizers(*optimizers) if not plain and optimizers else optimizers
-    step_optimizers = cast(list[Optimizer], list(wrapped) if isinstance(wrapped, (list, tuple)) else [wrapped])
-    autocast = nullcontext if plain else fabric.autocast
-    backward = torch.Tensor.backward if plain else fabric.backward
-    to_device = fabric.to_device if fabric.device.type != "cpu" else None  # CPU batches need no per-step dispatch
     losses: dict[str, list[torch.Tensor]] = {"loss": []}
-    for phase, batches in local_schedule(loader, phases, local_epochs, local_steps, to_device):
-        module.set_local_phase(phase)
-        stepped = [step_optimizers[index] for index in phase.optimizers]
-        phase_losses = losses.setdefault(phase.loss_key, [])
-        for batch_idx, batch in enumerate(batches):
-            with autocast():
-                output = module.training_step(batch, batch_idx)
-            loss = output if isinstance(output, torch.Tensor) else output["loss"]
-            backward(loss)
-            for optimizer in stepped:
-                optimizer.step()
-                optimizer.zero_grad(set_to_none=True)
-            phase_losses.append(loss.detach())
-    module.set_local_phase(None)
+    try:
+        for phase, batches in schedule:
+            module.set_local_phase(phase)
+            step.enter(phase)
+            phase_losses = losses.setdefault(phase.loss_key, [])
+            for batch_idx, batch in enumerate(batches):
+                phase_losses.append(step(batch, batch_idx))
+    finally:
+        module.set_local_phase(None)
     return losses
 
 

@@ -43,7 +43,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import partial
 from typing import Any, NamedTuple, cast
 
 import torch
@@ -51,7 +50,6 @@ from lightning.fabric import Fabric
 from lightning.fabric.plugins import Precision
 from lightning.fabric.utilities.apply_func import move_data_to_device
 from torch import Tensor, nn
-from torch.func import functional_call, vmap
 from torch.nn.modules.batchnorm import _NormBase
 from torch.nn.modules.dropout import _DropoutNd
 from torch.optim import SGD, Adagrad, Adam, Adamax, AdamW, NAdam, Optimizer, RAdam, RMSprop
@@ -66,15 +64,17 @@ from fedhet.core import (
     to_cpu,
 )
 from fedhet.core.seeding import generator_states, rng_preserved, seeded, set_generator_states
-from fedhet.functional.stacking import masked_mean, stack_padded, stack_states, unstack_states
+from fedhet.functional.stacking import stack_states, unstack_states
 from fedhet.plugins.context import ClientContext, ClientJob, LocalResult
 from fedhet.plugins.local_loop import (
+    batch_mover,
     local_metrics,
     local_optimizers,
     local_schedule,
     local_training,
-    train_phases,
+    run_phases,
 )
+from fedhet.plugins.local_step import ModuleStep, StackedStep
 from fedhet.plugins.runners import LocalRunner
 
 ELEMENTWISE_OPTIMIZERS: tuple[type[Optimizer], ...] = (SGD, Adam, AdamW, Adagrad, Adamax, NAdam, RAdam, RMSprop)
@@ -213,49 +213,13 @@ def _tensor_names(module: nn.Module | EngineModule, attributes: Iterable[str]) -
     return names
 
 
-class _SampleLosses(nn.Module):
-    """A client's loss on a padded batch as a ``forward`` (``torch.func.functional_call`` calls ``forward``).
-
-    The mean of ``module.sample_losses`` over the real rows, or a :class:`~fedhet.core.BatchLossModule`'s
-    ``masked_loss`` (a stacking with ``draws``).
-    """
-
-    def __init__(self, module: EngineModule) -> None:
-        super().__init__()
-        self.module: Any = module  # a stackable module: it has sample_losses (and maybe local_penalty, masked_loss)
-        stacking = _stacking(module)
-        self.batch_loss = stacking is not None and stacking.draws is not None
-
-    def forward(self, batch: Sequence[Tensor], mask: Tensor) -> Tensor:
-        if self.batch_loss:
-            return cast(Tensor, self.module.masked_loss(batch, mask))
-        return masked_mean(self.module.sample_losses(batch), mask)
-
-
-def _client_loss(losses: _SampleLosses, state: dict[str, Tensor], batch: list[Tensor], mask: Tensor) -> Tensor:
-    """One client's loss over the real rows (``mask``) of its padded batch, with its own tensors (``state``)."""
-    return cast(Tensor, functional_call(losses, state, (batch, mask)))
-
-
-def _penalised_client_loss(
-    losses: _SampleLosses,
-    state: dict[str, Tensor],
-    batch: list[Tensor],
-    mask: Tensor,
-    params: dict[str, Tensor],
-    received: dict[str, Tensor],
-) -> Tensor:
-    """:func:`_client_loss` plus the module's ``local_penalty`` of the client's parameters and received ones."""
-    return cast(Tensor, _client_loss(losses, state, batch, mask) + losses.module.local_penalty(params, received))
-
-
 class StackResult(NamedTuple):
     """What :func:`train_stack` gives back."""
 
     states: list[dict[str, Tensor]]
     """Each client's trained state (views of the stacked tensors)."""
-    losses: Tensor
-    """Every step's losses, shape ``(steps, K)``."""
+    losses: dict[str, Tensor]
+    """Every step's losses under its phase's ``loss_key`` (``"loss"`` always present), each ``(steps, K)``."""
     optimizer_states: list[dict[str, Any]] | None
     """With ``optimizer_states``, each client's optimizer state after training (as ``state_dict()`` gives it)."""
     inputs: list[dict[str, Tensor]]
@@ -272,9 +236,10 @@ def train_stack(
 ) -> StackResult:
     """Train ``K`` clients of ``module``'s architecture at once through the local ``phases``.
 
-    Each step stacks the clients' batches (zero-padded to the longest, see
-    :func:`~fedhet.functional.stack_padded`), computes every client's loss with ``torch.func.vmap`` over
-    ``torch.func.functional_call`` of ``module.sample_losses`` (their masked mean) or ``module.masked_loss``,
+    The local loop (:func:`~fedhet.plugins.local_loop.run_phases`) runs a
+    :class:`~fedhet.plugins.local_step.StackedStep` on the clients' batches of each step: it stacks them (zero-padded
+    to the longest, see :func:`~fedhet.functional.stack_padded`), computes every client's loss with ``torch.func.vmap``
+    over ``torch.func.functional_call`` of ``module.sample_losses`` (their masked mean) or ``module.masked_loss``,
     back-propagates their sum into the stacked tensors and steps the optimizers that the phase names, each built from
     ``module.configure_optimizers()`` (:func:`stacked_optimizer`). A phase trains the parameters that
     ``module.set_local_phase(phase)`` leaves trainable; an optimizer may also step some of the ``inputs`` (tensors the
@@ -319,32 +284,11 @@ def train_stack(
             raise ValueError("kept optimizer states of a module with several optimizers cannot be stacked")
         kept_leaves = [leaves[name] for name in _optimizer_names(built[0], module)]
         _load_stacked_state(optimizers[0], kept_leaves, optimizer_states)
-    named = {f"module.{name}": leaf for name, leaf in leaves.items()}  # the names under the _SampleLosses wrapper
-    parameters = dict(module.named_parameters())
-    extra: tuple[dict[str, Tensor], ...] = ()
-    if (
-        isinstance(module, PenalisedModule) and module.has_local_penalty
-    ):  # e.g. FedProx: each client's anchor is its state before training
-        received = {name: leaves[name].detach().clone() for name in parameters}
-        extra = ({name: leaves[name] for name in parameters}, received)
-    client_losses = vmap(partial(_penalised_client_loss if extra else _client_loss, _SampleLosses(module)))
-    losses: list[Tensor] = []
-    try:
-        for index, phase in enumerate(phases):
-            module.set_local_phase(phase)
-            for name, param in parameters.items():
-                leaves[name].requires_grad_(param.requires_grad)
-            stepped = [optimizers[i] for i in phase.optimizers]
-            for step in zip(*(client[index] for client in batches), strict=True):
-                tensors, mask = stack_padded(step)
-                loss = client_losses(named, tensors, mask, *extra)
-                loss.sum().backward()
-                for optimizer in stepped:
-                    optimizer.step()
-                    optimizer.zero_grad(set_to_none=True)
-                losses.append(loss.detach())
-    finally:
-        module.set_local_phase(None)
+    stacking = _stacking(module)
+    penalised = isinstance(module, PenalisedModule) and module.has_local_penalty  # e.g. FedProx
+    step = StackedStep(module, leaves, optimizers, stacking is not None and stacking.draws is not None, penalised)
+    schedule = [(phase, zip(*(client[p] for client in batches), strict=True)) for p, phase in enumerate(phases)]
+    losses = run_phases(module, step, schedule)  # each step: the clients' batches of that step
     result = unstack_states(
         {name: leaf.detach().contiguous() for name, leaf in leaves.items() if name not in attributes}
     )
@@ -354,7 +298,7 @@ def train_stack(
         kept = _unstacked_states(optimizers[0], built[0], kept_leaves, len(states))
     return StackResult(
         result,
-        torch.stack(losses) if losses else torch.zeros(0, len(states)),
+        {key: torch.stack(values) if values else torch.zeros(0, len(states)) for key, values in losses.items()},
         kept,
         trained_inputs or [{} for _ in states],
     )
@@ -535,15 +479,19 @@ class StackedRunner(LocalRunner):
             for client in stack:
                 context.fail(client.job.client_id, err, uploads)
             return
-        steps = len(losses)
-        mean_losses = losses.double().mean(0).tolist() if steps else [0.0] * len(stack)
+        steps = float(sum(len(values) for values in losses.values()))
+        means = {
+            key: values.double().mean(0).tolist() if len(values) else [0.0] * len(stack)
+            for key, values in losses.items()
+        }
         kept_after = optimizers if optimizers is not None else [None] * len(stack)
-        for client, tensors, loss, optimizer, after in zip(
-            stack, trained, mean_losses, kept_after, trained_inputs, strict=True
+        for k, (client, tensors, optimizer, after) in enumerate(
+            zip(stack, trained, kept_after, trained_inputs, strict=True)
         ):
             if optimizer is not None:
                 optimizer = move_data_to_device(optimizer, "cpu")
-            metrics = {**client.prepared, "loss": loss, "steps": client.prepared.get("steps", 0.0) + steps}
+            metrics = {**client.prepared, **{key: mean[k] for key, mean in means.items()}}
+            metrics["steps"] = client.prepared.get("steps", 0.0) + steps
             result = LocalResult(tensors, metrics, optimizer=optimizer, in_module=False)
             try:
                 if client.attributes is not None:
@@ -594,9 +542,9 @@ def _prepare(
     phases = preparation + module.local_phases()
     with local_training(module, loader, phases, job.slot.optimizers) as (training, optimizers):
         module.on_train_start()
-        losses = train_phases(
-            context.fabric, module, loader, preparation, optimizers, context.local_epochs, context.local_steps
-        )
+        mover = batch_mover(context.fabric)
+        schedule = local_schedule(loader, preparation, context.local_epochs, context.local_steps, mover)
+        losses = run_phases(module, ModuleStep(context.fabric, module, optimizers), schedule)
     metrics = local_metrics(training.logs, losses, context.fabric.device.type != "cpu")
     del metrics["loss"]  # no local phase ran yet: the stack's steps give the loss
     return {name: getattr(module, name) for name in names}, metrics
@@ -614,8 +562,7 @@ def _schedule_batches(
     right after the batch is drawn: the numbers its ``training_step`` draws on the sequential path, from the same
     stream (nothing else in a stacked step draws).
     """
-    to_device = context.fabric.to_device if context.fabric.device.type != "cpu" else None
-    schedule = local_schedule(loader, phases, context.local_epochs, context.local_steps, to_device)
+    schedule = local_schedule(loader, phases, context.local_epochs, context.local_steps, batch_mover(context.fabric))
     if draws is None:
         return [list(batches) for _, batches in schedule]
     return [[draws(batch, phase.name) for batch in batches] for phase, batches in schedule]
