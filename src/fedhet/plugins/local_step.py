@@ -121,7 +121,8 @@ class StackedStep:
         module: a stackable module (:func:`~fedhet.plugins.stacked.stacking_refusal`); its own tensors are not used.
         leaves: ``name -> (K, *shape)``: the stacked tensors the losses are computed with, one per tensor of the
             module's state at least (and one per attribute that replaces the module's for each client).
-        optimizers: the stacked optimizers, in the module's order (:func:`~fedhet.plugins.stacked.stacked_optimizer`).
+        optimizers: the stacked optimizers, in the module's order
+            (:func:`~fedhet.plugins.stacked_optimizers.stacked_optimizer`).
         batch_loss: the loss is ``masked_loss`` (a :class:`~fedhet.core.BatchLossModule`), not ``sample_losses``.
         penalised: add each client's ``local_penalty`` (a :class:`~fedhet.core.PenalisedModule`).
 

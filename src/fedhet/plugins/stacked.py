@@ -52,7 +52,6 @@ from lightning.fabric.utilities.apply_func import move_data_to_device
 from torch import Tensor, nn
 from torch.nn.modules.batchnorm import _NormBase
 from torch.nn.modules.dropout import _DropoutNd
-from torch.optim import SGD, Adagrad, Adam, Adamax, AdamW, NAdam, Optimizer, RAdam, RMSprop
 
 from fedhet.core import (
     EngineModule,
@@ -76,10 +75,17 @@ from fedhet.plugins.local_loop import (
 )
 from fedhet.plugins.local_step import ModuleStep, StackedStep
 from fedhet.plugins.runners import LocalRunner
-
-ELEMENTWISE_OPTIMIZERS: tuple[type[Optimizer], ...] = (SGD, Adam, AdamW, Adagrad, Adamax, NAdam, RAdam, RMSprop)
-"""Optimizers whose step moves each element by its own gradient and state only, so that one of them over stacked
-tensors equals one per client (subclasses are not trusted: they may step otherwise)."""
+from fedhet.plugins.stacked_optimizers import (
+    ELEMENTWISE_OPTIMIZERS as ELEMENTWISE_OPTIMIZERS,  # what stacking_refusal accepts: part of this module's API
+)
+from fedhet.plugins.stacked_optimizers import (
+    load_stacked_state,
+    optimizer_names,
+    optimizer_refusal,
+    scalar_state,
+    stacked_optimizer,
+    unstacked_states,
+)
 
 _LOSS_HOOKS = (
     "training_step",
@@ -133,7 +139,7 @@ def stacking_refusal(module: EngineModule) -> str | None:
         return refusal
     if module.client_statistics() and not hooks_run:
         return "it uploads client_statistics() and its stacking names no client_attributes"
-    return next(filter(None, map(_optimizer_refusal, local_optimizers(module))), None)
+    return next(filter(None, map(optimizer_refusal, local_optimizers(module))), None)
 
 
 def _layer_refusal(module: EngineModule) -> str | None:
@@ -144,13 +150,6 @@ def _layer_refusal(module: EngineModule) -> str | None:
         if isinstance(layer, _NormBase) and layer.training:  # in inference mode it is an affine map of its buffers
             return f"its layer '{name}' ({type(layer).__name__}) normalises with batch statistics"
     return None
-
-
-def _optimizer_refusal(optimizer: Optimizer) -> str | None:
-    if type(optimizer) in ELEMENTWISE_OPTIMIZERS:
-        return None
-    names = ", ".join(cls.__name__ for cls in ELEMENTWISE_OPTIMIZERS)
-    return f"its optimizer {type(optimizer).__name__} is not one of the element-wise optimizers ({names})"
 
 
 def check_stacking(fabric: Fabric, modules: Iterable[EngineModule]) -> None:
@@ -176,41 +175,6 @@ def check_stacking(fabric: Fabric, modules: Iterable[EngineModule]) -> None:
                 f"FederatedTrainer: field 'stack_clients' is set, but {type(module).__name__} cannot train clients"
                 f" in stacks: {reason}; leave 'stack_clients' unset for it"
             )
-
-
-def stacked_optimizer(
-    optimizer: Optimizer,
-    module: nn.Module | EngineModule,
-    leaves: Mapping[str, Tensor],
-    attributes: Iterable[str] = (),
-) -> Optimizer:
-    """An optimizer of ``optimizer``'s class, settings and parameter groups over the leaves standing for its parameters.
-
-    Args:
-        optimizer: an optimizer over (some of) ``module``'s parameters, or tensors that ``module`` holds as attributes.
-        module: the module whose parameter names key ``leaves``.
-        leaves: ``name -> (K, *shape)`` stacked tensors, one per parameter of ``module`` at least (and one per name
-            of ``attributes`` that ``optimizer`` steps).
-        attributes: names of ``module``'s tensor attributes that ``optimizer`` may step (e.g. FLIC's anchor copy).
-
-    Raises:
-        TypeError: when ``optimizer`` is not one of :data:`ELEMENTWISE_OPTIMIZERS`.
-
-    """
-    reason = _optimizer_refusal(optimizer)
-    if reason is not None:
-        raise TypeError(f"cannot step stacked clients: {reason}")
-    names = _tensor_names(module, attributes)
-    groups = [{**group, "params": [leaves[names[id(p)]] for p in group["params"]]} for group in optimizer.param_groups]
-    optimizer_class: Callable[..., Optimizer] = type(optimizer)  # element-wise: its first argument takes the groups
-    return optimizer_class(groups)  # every group holds all its settings
-
-
-def _tensor_names(module: nn.Module | EngineModule, attributes: Iterable[str]) -> dict[int, str]:
-    """The names of ``module``'s parameters and of its tensor ``attributes``, by the tensors' ids."""
-    names = {id(param): name for name, param in module.named_parameters()}
-    names.update({id(getattr(module, name)): name for name in attributes if isinstance(getattr(module, name), Tensor)})
-    return names
 
 
 class StackResult(NamedTuple):
@@ -282,8 +246,8 @@ def train_stack(
     if optimizer_states is not None:
         if len(built) != 1:
             raise ValueError("kept optimizer states of a module with several optimizers cannot be stacked")
-        kept_leaves = [leaves[name] for name in _optimizer_names(built[0], module)]
-        _load_stacked_state(optimizers[0], kept_leaves, optimizer_states)
+        kept_leaves = [leaves[name] for name in optimizer_names(built[0], module)]
+        load_stacked_state(optimizers[0], kept_leaves, optimizer_states)
     stacking = _stacking(module)
     penalised = isinstance(module, PenalisedModule) and module.has_local_penalty  # e.g. FedProx
     step = StackedStep(module, leaves, optimizers, stacking is not None and stacking.draws is not None, penalised)
@@ -295,7 +259,7 @@ def train_stack(
     trained_inputs = unstack_states({name: leaves[name].detach() for name in trained}) if trained else []
     kept = None
     if optimizer_states is not None:
-        kept = _unstacked_states(optimizers[0], built[0], kept_leaves, len(states))
+        kept = unstacked_states(optimizers[0], built[0], kept_leaves, len(states))
     return StackResult(
         result,
         {key: torch.stack(values) if values else torch.zeros(0, len(states)) for key, values in losses.items()},
@@ -315,86 +279,6 @@ def _stacked_leaves(module: nn.Module | EngineModule, states: Sequence[Mapping[s
         if isinstance(layer, nn.Linear)
     ]
     return stack_states(states, by_columns=linear)
-
-
-def _optimizer_names(optimizer: Optimizer, module: nn.Module | EngineModule) -> list[str]:
-    """The names of ``optimizer``'s parameters, in the order its ``state_dict()`` numbers them."""
-    names = _tensor_names(module, ())
-    return [names[id(p)] for group in optimizer.param_groups for p in group["params"]]
-
-
-def _load_stacked_state(
-    optimizer: Optimizer, leaves: Sequence[Tensor], states: Sequence[Mapping[str, Any] | None]
-) -> None:
-    """Give the stacked ``optimizer`` its clients' kept states: per-element tensors stacked, scalars shared.
-
-    ``leaves[i]`` stands for the parameter numbered ``i`` in the states. A parameter with no state in any client
-    starts new; the clients must agree on which parameters have state and on the scalars (e.g. a step count).
-    """
-    if all(state is None for state in states):
-        return
-    if any(state is None for state in states):
-        raise ValueError("a stack mixes clients with kept optimizer state and clients without")
-    kept = [state for state in states if state is not None]
-    for group, saved in zip(optimizer.param_groups, kept[0]["param_groups"], strict=True):
-        group.update({key: value for key, value in saved.items() if key != "params"})  # as load_state_dict does
-    for index, leaf in enumerate(leaves):
-        per_client = [state["state"].get(index) for state in kept]
-        if all(entry is None for entry in per_client):
-            continue
-        if any(entry is None for entry in per_client):
-            raise ValueError(f"parameter {index}: some clients of the stack have optimizer state, others not")
-        entries = [entry for entry in per_client if entry is not None]
-        optimizer.state[leaf] = {key: _stacked_entry(key, [e[key] for e in entries], leaf) for key in entries[0]}
-
-
-_SCALAR_STATE = ("step", "mu_product")
-"""Optimizer state entries that are one number per parameter (step counts, NAdam's momentum product)."""
-
-
-def _per_element(key: str, value: Any, shape: torch.Size) -> bool:
-    """Whether an optimizer state entry holds one value per element of a parameter of ``shape``."""
-    return isinstance(value, Tensor) and key not in _SCALAR_STATE and value.shape == shape
-
-
-def _stacked_entry(key: str, values: Sequence[Any], leaf: Tensor) -> Any:
-    """Per-element state (a tensor of the parameter's shape) stacked on the client axis; a scalar shared."""
-    first = values[0]
-    if _per_element(key, first, leaf.shape[1:]):
-        return torch.empty_like(leaf).copy_(torch.stack([value.to(leaf.device) for value in values]))  # leaf's layout
-    if any(not _equal(value, first) for value in values):
-        raise ValueError("the clients of a stack must agree on their optimizer state's scalars (e.g. step counts)")
-    return first.clone().to(leaf.device) if isinstance(first, Tensor) else first
-
-
-def _equal(a: Any, b: Any) -> bool:
-    return bool(torch.equal(a, b)) if isinstance(a, Tensor) and isinstance(b, Tensor) else a == b
-
-
-def _unstacked_states(
-    optimizer: Optimizer, built: Optimizer, leaves: Sequence[Tensor], count: int
-) -> list[dict[str, Any]]:
-    """Each client's state of ``built`` (the module's own optimizer) after the stacked ``optimizer`` trained them."""
-    params = [p for group in built.param_groups for p in group["params"]]
-    for group, stacked in zip(built.param_groups, optimizer.param_groups, strict=True):
-        group.update({key: value for key, value in stacked.items() if key != "params"})
-    states = []
-    for k in range(count):
-        built.state.clear()
-        for param, leaf in zip(params, leaves, strict=True):
-            entry = optimizer.state.get(leaf)
-            if entry:
-                built.state[param] = {key: _client_entry(key, value, leaf, k) for key, value in entry.items()}
-        states.append(built.state_dict())
-    built.state.clear()
-    return states
-
-
-def _client_entry(key: str, value: Any, leaf: Tensor, k: int) -> Any:
-    """Client ``k``'s part of one stacked optimizer state entry (a copy)."""
-    if _per_element(key, value, leaf.shape):
-        return value[k].clone(memory_format=torch.contiguous_format)
-    return value.clone() if isinstance(value, Tensor) else value
 
 
 # --------------------------------------------------------------------------------------------- the engine's side
@@ -453,7 +337,7 @@ class StackedRunner(LocalRunner):
         kept = context.store[job.client_id].optimizer if module.keep_optimizer_state else None
         if isinstance(kept, list):
             raise TypeError("a module that keeps the state of several optimizers cannot train in stacks")
-        key = (context.signatures[job.client_id], tuple(phases), tuple(map(len, batches)), _scalar_state(kept))
+        key = (context.signatures[job.client_id], tuple(phases), tuple(map(len, batches)), scalar_state(kept))
         stack = self._stacks.setdefault(key, [])
         stack.append(_Ready(job, state, phases, batches, loader, attributes, prepared, kept, generators))
         if len(stack) == self.size:
@@ -499,18 +383,6 @@ class StackedRunner(LocalRunner):
                 context.finish(client.job, result, uploads)
             except Exception as err:  # as in the sequential path, the hook's failure is its client's
                 context.fail(client.job.client_id, err, uploads)
-
-
-def _scalar_state(state: Mapping[str, Any] | None) -> tuple[Any, ...] | None:
-    """The scalars of a kept optimizer state (e.g. step counts): clients that train in one stack must share them."""
-    if state is None:
-        return None
-    return tuple(
-        (index, key, value.item() if isinstance(value, Tensor) else value)
-        for index, entry in sorted(state["state"].items())
-        for key, value in sorted(entry.items())
-        if key in _SCALAR_STATE or not isinstance(value, Tensor)
-    )
 
 
 def _stacking(module: EngineModule) -> Stacking | None:
