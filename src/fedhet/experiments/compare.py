@@ -101,6 +101,15 @@ def configs_sha256(results: Sequence[Mapping[str, Any]]) -> str:
     return hashlib.sha256("\n".join(r["config_sha256"] for r in results).encode()).hexdigest()
 
 
+def provenance(suite: Suite, results: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """What every results file names: the suite file, the git commit and the sha256 of the runs' resolved configs."""
+    return {
+        "suite": suite_label(suite.path),
+        "commit": git_commit(suite.path.parent),
+        "configs_sha256": configs_sha256(results),
+    }
+
+
 def write_results(suite: Suite, results: list[dict[str, Any]], tuned: Mapping[str, Mapping[str, Any]]) -> list[Path]:
     """Write ``table.md``, ``table.csv``, the figures and a copy of ``tuned.yaml`` into the suite's results folder.
 
@@ -111,19 +120,15 @@ def write_results(suite: Suite, results: list[dict[str, Any]], tuned: Mapping[st
     from fedhet.experiments.plots import plot_suite
     from fedhet.experiments.results import table_rows, to_csv, to_markdown
 
-    provenance = {
-        "suite": suite_label(suite.path),
-        "commit": git_commit(suite.path.parent),
-        "configs_sha256": configs_sha256(results),
-    }
-    header = [f"# Suite {suite.name}", "", *(f"- {k}: `{v}`" for k, v in provenance.items())]
+    stamp = provenance(suite, results)
+    header = [f"# Suite {suite.name}", "", *(f"- {k}: `{v}`" for k, v in stamp.items())]
     rows = table_rows(results, suite.metric, suite.baseline, tuned)
     folder = suite.results_folder
     folder.mkdir(parents=True, exist_ok=True)
     md, csv_path = folder / "table.md", folder / "table.csv"
     md.write_text(to_markdown(rows, suite.baseline, header))
-    csv_path.write_text("".join(f"# {k}: {v}\n" for k, v in provenance.items()) + to_csv(rows))
-    figures = plot_suite(results, suite.metric, folder, provenance)
+    csv_path.write_text("".join(f"# {k}: {v}\n" for k, v in stamp.items()) + to_csv(rows))
+    figures = plot_suite(results, suite.metric, folder, stamp)
     copies = []
     if folder != suite.output and (suite.output / TUNED_FILE).is_file():
         copies.append(Path(shutil.copyfile(suite.output / TUNED_FILE, folder / TUNED_FILE)))
@@ -189,7 +194,32 @@ def compare(suite: Suite, progress: Callable[[str], None] | None = None) -> list
                 else:
                     done(f"ran {m} on {f}, seed {s}")
     results = [load_result(run_spec(suite, f, m, s, {}).folder) for f, m, s in order]
-    return write_results(suite, [r for r in results if r is not None], tuned)
+    complete = [r for r in results if r is not None]
+    written = write_results(suite, complete, tuned)
+    summarise_on_wandb(suite, complete, written)
+    return written
+
+
+def summarise_on_wandb(suite: Suite, results: Sequence[Mapping[str, Any]], written: Sequence[Path]) -> str | None:
+    """Log the suite's W&B summary run when its runs logged to W&B (:mod:`~fedhet.experiments.wandb_summary`).
+
+    Returns:
+        the summary run's local files folder, or ``None`` when nothing was logged.
+
+    """
+    from fedhet.experiments.wandb_summary import log_summary
+
+    configs = (
+        yaml.safe_load(
+            (
+                run_spec(suite, r["federation"], r["method"], r["seed"], {}).folder / r["fit_version"] / "config.yaml"
+            ).read_text()
+        )
+        for r in results
+    )
+    table = next(p for p in written if p.name == "table.csv")
+    figures = [p for p in written if p.suffix == ".png"]
+    return log_summary(suite.name, configs, table, figures, provenance(suite, results))
 
 
 def main(argv: list[str]) -> None:
