@@ -12,8 +12,9 @@ client is linear in its own features. Two references per client, with scikit-lea
   mapped into the client's features (equal priors over its classes): no method can do better on average.
 
 A federated method can only beat Local by more than the gap between Local and these references if the other clients'
-data tell it something about this client's classes that its own data do not. Same federations as
-``flic_reproduce.py`` (20 clients, the paper's pools of 2000 training / 1000 test samples per class, seeds 0..n-1).
+data tell it something about this client's classes that its own data do not. The toys of
+``benchmarks/suites/flic_toys.yaml`` (20 clients, the paper's pools of 2000 training / 1000 test samples per class),
+data seeds 0..n-1 (the suite: data seed 0, a fifth of each client's training samples held out for validation).
 
 Run from the repository root: ``python benchmarks/flic_toy_ceiling.py --seeds 3``. Writes
 ``benchmarks/results/<--tag>.{csv,md}`` (default ``flic_toy_ceiling``).
@@ -102,8 +103,9 @@ def main() -> None:
             )
     notes = [
         f"Mean client test accuracy (%) over {args.clients} clients, ± std over {args.seeds} seeds; the toys of"
-        f" `flic_reproduce.py` with {args.samples_per_class} training / {args.test_samples_per_class} test samples per"
-        " class (Local and FLIC on the same federations: `flic_linear_paper_toy.md` for the paper's pools).",
+        f" `benchmarks/suites/flic_toys.yaml` with {args.samples_per_class} training / {args.test_samples_per_class}"
+        " test samples per class (its data seed 0 is seed 0 here; the suite holds out a fifth of the training samples"
+        " for validation).",
     ]
     columns = {"dataset": "toy", "reference": "reference", "acc_mean": "accuracy", "acc_std": "± std", "seeds": "seeds"}
     title = "FLIC toys: per-client linear references"
