@@ -1,4 +1,4 @@
-"""Domain adaptation's tuning criterion (``val/source_acc_mean``) never reads the target's labels."""
+"""Domain adaptation's tuning criterion (``val/source_acc_mean``) never reads the target's labels; its result does."""
 
 import pytest
 
@@ -42,4 +42,6 @@ def test_the_source_criterion_is_the_same_whatever_the_target_labels(tmp_path):
         sources = [metrics[f"val/source_acc/{cid}"] for cid in SOURCES]
         assert sources == [metrics[f"val/acc/{cid}"] for cid in SOURCES]
         assert metrics[SOURCE_VALIDATION_METRIC] == pytest.approx(sum(sources) / len(sources))
+        assert [f"val/target_acc/{cid}" in metrics for cid in SOURCES] == [False] * len(SOURCES)
+        assert metrics["val/target_acc_mean"] == metrics[f"val/acc/{TARGET}"]  # the result: the target's alone
     assert objective_value(clean, SOURCE_VALIDATION_METRIC) == objective_value(corrupted, SOURCE_VALIDATION_METRIC)

@@ -127,6 +127,12 @@ def test_step1_encoder_and_head_are_loaded_from_a_fedavg_checkpoint(tmp_path):
     personal = step2.store[TARGET].personal
     for name, value in body.items():
         torch.testing.assert_close(personal[name], value)  # the encoder stayed frozen
+    baseline_model = dadil(hidden_dims=[8], encoder_checkpoint=str(checkpoint), labelling="source_only")
+    baseline_run = fit(tmp_path / "baseline", baseline_model, toy(), rounds=1, log_per_client=True)
+    scored = baseline_run.test(baseline_model, toy())
+    for cid in ("theta0", "theta15", "theta30", TARGET):  # the baseline's row: the step-1 model is its acc
+        assert scored[f"test/acc/{cid}"] == pytest.approx(after[f"test/acc_source_only/{cid}"])
+    assert scored["test/target_acc_mean"] == pytest.approx(after[f"test/acc_source_only/{TARGET}"])
 
 
 def test_bad_settings_are_named():
@@ -136,6 +142,10 @@ def test_bad_settings_are_named():
         FedDaDiL(labelling="x")
     with pytest.raises(ValueError, match="num_atoms"):
         FedDaDiL(num_atoms=0)
+    without_head = dadil(labelling="source_only")  # no step-1 checkpoint: no head to report
+    without_head.setup_client(toy().specs["theta0"])
+    with pytest.raises(ValueError, match="'labelling' is 'source_only'"):
+        without_head.configure_model()
 
 
 def test_runs_under_a_plain_lightning_trainer():

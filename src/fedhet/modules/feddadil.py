@@ -107,8 +107,10 @@ class FedDaDiL(FederatedModule):
 
     Evaluation of a client (any client; for the target this is the method's output): ``acc_e`` (DaDiL-E: one softmax
     regression per atom, mixed by :math:`\alpha`), ``acc_r`` (DaDiL-R: softmax regression on the labelled barycenter of
-    the full atoms, :math:`n` points), ``acc`` (the one named by ``labelling``) and, with a step-1 head in the
-    checkpoint, ``acc_source_only`` (the step-1 FedAvg model unchanged: the no-adaptation baseline). ``source_acc`` is
+    the full atoms, :math:`n` points), with a step-1 head in the checkpoint ``acc_source_only`` (the step-1 FedAvg
+    model unchanged: the no-adaptation baseline), and ``acc``, the one of them named by ``labelling``. ``target_acc``
+    is ``acc`` on the target only (no source updates it, so ``test/target_acc_mean`` is the target's accuracy, the
+    method's result; never a tuning objective: it reads the target's labels). ``source_acc`` is
     ``acc`` on the labelled sources only (the target never updates it, so ``val/source_acc_mean`` is the sources'
     mean): the criterion for tuning without target labels, source validation (the usual criterion of unsupervised
     domain adaptation that importance-weighted variants refine: Sugiyama, Krauledat and Müller, 2007, "Covariate
@@ -131,7 +133,8 @@ class FedDaDiL(FederatedModule):
         encoder_config: step 1's ``fedhet`` config instead: the encoder is its run folder's latest checkpoint, and
             ``fedhet fit`` runs step 1 first when that folder holds none (:meth:`required_runs`), so both steps run
             from one command.
-        labelling: ``"e"`` or ``"r"``, the labelling reported as ``acc``.
+        labelling: ``"e"``, ``"r"`` or ``"source_only"`` (the step-1 head, which step 2 never changes: the
+            baseline's row of a comparison), the labelling reported as ``acc``.
         optimizer: ``"sgd"`` (the paper's projected gradient steps) or ``"adam"``.
         lr: :math:`\eta`, the step of the atoms (features and labels).
         coordinate_lr: the step of the coordinates (``None``: ``lr``, the paper's single :math:`\eta`). The gradient
@@ -167,7 +170,7 @@ class FedDaDiL(FederatedModule):
         hidden_dims: Sequence[int] = (),
         encoder_checkpoint: str | None = None,
         encoder_config: str | None = None,
-        labelling: Literal["e", "r"] = "r",
+        labelling: Literal["e", "r", "source_only"] = "r",
         optimizer: Literal["adam", "sgd"] = "sgd",
         lr: float = 0.1,
         coordinate_lr: float | None = None,
@@ -189,7 +192,7 @@ class FedDaDiL(FederatedModule):
             if value < 1:
                 raise ValueError(f"FedDaDiL: field '{name}' must be at least 1, got {value}")
         for field, choice, allowed in (
-            ("labelling", labelling, ("e", "r")),
+            ("labelling", labelling, ("e", "r", "source_only")),
             ("optimizer", optimizer, ("adam", "sgd")),
             ("solver", solver, ("emd", "sinkhorn")),
             ("parametrisation", parametrisation, ("projection", "softmax")),
@@ -266,6 +269,11 @@ class FedDaDiL(FederatedModule):
                     f"FedDaDiL: {checkpoint!r} does not hold an MLP encoder of hidden_dims"
                     f" {list(self.hidden_dims)} for client '{spec.client_id}' (missing {missing})"
                 )
+        if self.labelling == "source_only" and self.head is None:
+            raise ValueError(
+                f"FedDaDiL: field 'labelling' is 'source_only' but client '{spec.client_id}' has no step-1 head (give"
+                " an 'encoder_checkpoint' or 'encoder_config' whose model has one)"
+            )
         z, y = init_dictionary(self.num_atoms, self.atom_size, width, c, torch.Generator().manual_seed(self.atom_seed))
         softmax = self.parametrisation == "softmax"
         self.atom_features = nn.Parameter(z)
@@ -436,13 +444,15 @@ class FedDaDiL(FederatedModule):
         ensemble = ensemble_probabilities(z, labellers.atom_weights, labellers.atom_biases, self.alpha().detach())
         reconstruction = z @ labellers.weight.T + labellers.bias
         metrics = self.evaluation_metrics(stage)
+        outputs = {"e": ensemble, "r": reconstruction}
+        if self.head is not None:
+            outputs["source_only"] = self.head(z)
+            metrics["acc_source_only"].update(outputs["source_only"], y)
         metrics["acc_e"].update(ensemble, y)
         metrics["acc_r"].update(reconstruction, y)
-        metrics["acc"].update(ensemble if self.labelling == "e" else reconstruction, y)
-        if self.labelled:  # the tuning criterion: never updated from the target's labels
-            metrics["source_acc"].update(ensemble if self.labelling == "e" else reconstruction, y)
-        if self.head is not None:
-            metrics["acc_source_only"].update(self.head(z), y)
+        metrics["acc"].update(outputs[self.labelling], y)
+        # the tuning criterion is never updated from the target's labels; the result, only from them
+        metrics["source_acc" if self.labelled else "target_acc"].update(outputs[self.labelling], y)
         if self.log_coordinates:
             for k, value in enumerate(self.alpha().detach()):
                 metrics[f"alpha_{k}"].update(value)
@@ -463,7 +473,8 @@ class FedDaDiL(FederatedModule):
 
     def configure_metrics(self, stage: str) -> MetricCollection:
         """The accuracies of ``stage`` (see the class docstring), never reduced across processes."""
-        names = ["acc", "acc_e", "acc_r", "source_acc"] + (["acc_source_only"] if self.head is not None else [])
+        names = ["acc", "acc_e", "acc_r", "source_acc", "target_acc"]
+        names += ["acc_source_only"] if self.head is not None else []
         metrics: dict[str, Metric | MetricCollection] = {
             name: MulticlassAccuracy(self.spec.num_classes, average="micro", sync_on_compute=False) for name in names
         }
