@@ -86,36 +86,33 @@ def phase_loader(loader: Iterable[Any], phase: LocalPhase) -> Iterable[Any]:
 
 
 def local_schedule(
+    fabric: Fabric,
     loader: Iterable[Any],
     phases: Sequence[LocalPhase],
     local_epochs: int,
     local_steps: int | None,
-    to_device: Callable[[Any], Any] | None = None,
 ) -> Iterator[tuple[LocalPhase, Iterable[Any]]]:
     """A client's local schedule, the one both the sequential and the stacked path follow: each phase, its batches.
 
     A phase's batches come from its own loader (:func:`phase_loader`) for its steps or epochs (:func:`phase_batches`),
-    drawn lazily as they are iterated (so a module's own draws between batches keep their place in the stream).
+    drawn lazily as they are iterated (so a module's own draws between batches keep their place in the stream) and
+    moved to the run's device (on CPU they stay as the loader gives them: no per-step dispatch).
 
     Args:
+        fabric: the run's Fabric (its device).
         loader: the client's training batches.
         phases: the phases, in order.
         local_epochs: epochs of a phase whose ``epochs`` is ``None``.
         local_steps: if set, optimizer steps of a phase whose ``steps`` is ``None``.
-        to_device: moves each batch to the run's device (``None``: batches stay where the loader puts them).
 
     Yields:
         ``(phase, its batches)``, a phase's batches to be iterated before the next phase is taken.
 
     """
+    to_device = fabric.to_device if fabric.device.type != "cpu" else None
     for phase in phases:
         batches = phase_batches(phase_loader(loader, phase), phase, local_epochs, local_steps)
         yield phase, batches if to_device is None else map(to_device, batches)
-
-
-def batch_mover(fabric: Fabric) -> Callable[[Any], Any] | None:
-    """What moves a batch to the run's device: ``fabric.to_device``; ``None`` on CPU (no per-step dispatch needed)."""
-    return fabric.to_device if fabric.device.type != "cpu" else None
 
 
 def _batches(loader: Iterable[Any], epochs: int, steps: int | None) -> Iterable[Any]:
@@ -182,6 +179,41 @@ def local_training(
         module.set_local_training(None)
 
 
+@contextmanager
+def started_client(
+    fabric: Fabric,
+    module: EngineModule,
+    loader: Iterable[Any],
+    phases: Sequence[LocalPhase],
+    optimizers: Callable[[], list[Optimizer]] | None = None,
+    optimizer_state: dict[str, Any] | list[dict[str, Any]] | None = None,
+) -> Iterator[tuple[LocalTraining, ModuleStep]]:
+    """A client started as both runners start it: set up, given its kept optimizer state, ``on_train_start`` run.
+
+    Through :func:`local_training` (its ``LocalTraining`` of ``loader`` and ``phases``, its optimizers built); the
+    optimizers get the state the client kept from its last round, and the module's ``on_train_start`` runs.
+
+    Args:
+        fabric: the run's Fabric (device, precision, backward).
+        module: the client's module, already on ``fabric.device`` with its state loaded.
+        loader: the client's training batches.
+        phases: every phase the module will run in this training.
+        optimizers: gives the optimizers, as new; ``None`` builds them with ``configure_optimizers()``.
+        optimizer_state: the optimizers' state from the client's previous round (a list for several optimizers).
+
+    Yields:
+        the ``LocalTraining`` (its ``logs`` collect what the module logs) and the step over the built optimizers.
+
+    """
+    with local_training(module, loader, phases, optimizers) as (training, built):
+        if optimizer_state is not None:
+            states = optimizer_state if isinstance(optimizer_state, list) else [optimizer_state]
+            for optimizer, state in zip(built, states, strict=True):
+                optimizer.load_state_dict(state)
+        module.on_train_start()
+        yield training, ModuleStep(fabric, module, built)
+
+
 def run_local_training(
     fabric: Fabric,
     module: EngineModule,
@@ -199,7 +231,8 @@ def run_local_training(
     ``set_local_training``; then the optimizers of ``configure_optimizers()`` are built once; each phase steps the
     ones it names (:attr:`~fedhet.core.LocalPhase.optimizer`, the first by default) after each backward pass and
     freezes the parameters it does not train, so they get no gradient and the optimizer leaves them alone (FedRep's
-    head-then-body schedule).
+    head-then-body schedule). The phases run in the one local loop (:func:`run_phases`) with the module's own step
+    (:class:`~fedhet.plugins.local_step.ModuleStep`).
 
     Args:
         fabric: the run's Fabric (device, precision, backward).
@@ -220,22 +253,13 @@ def run_local_training(
         its own, **the mean of each name the module logged}, optimizer state dict or None)``.
 
     """
-    with local_training(module, loader, phases, optimizers) as (training, built):
-        if optimizer_state is not None:
-            states = optimizer_state if isinstance(optimizer_state, list) else [optimizer_state]
-            for optimizer, state in zip(built, states, strict=True):
-                optimizer.load_state_dict(state)
-        module.on_train_start()
-        losses = run_phases(
-            module,
-            ModuleStep(fabric, module, built),
-            local_schedule(loader, phases, local_epochs, local_steps, batch_mover(fabric)),
-        )
+    with started_client(fabric, module, loader, phases, optimizers, optimizer_state) as (training, step):
+        losses = run_phases(module, step, local_schedule(fabric, loader, phases, local_epochs, local_steps))
         module.on_train_end()
     metrics = local_metrics(training.logs, losses, fabric.device.type != "cpu")
     if not keep_optimizer_state:
         return metrics, None
-    states = [optimizer.state_dict() for optimizer in built]
+    states = [optimizer.state_dict() for optimizer in step.built]
     return metrics, states[0] if len(states) == 1 else states
 
 

@@ -53,7 +53,10 @@ class ModuleStep:
         # full precision needs none of Fabric's loss scaling or autocast: skip their per-step dispatch
         plain = type(fabric.strategy.precision) is Precision
         wrapped = fabric.setup_optimizers(*optimizers) if not plain and optimizers else optimizers
+        self.built = list(optimizers)
+        """The optimizers as built (their ``state_dict()`` is the client's kept state)."""
         self.optimizers = cast(list[Optimizer], list(wrapped) if isinstance(wrapped, (list, tuple)) else [wrapped])
+        """The optimizers it steps (under mixed precision, Fabric's wrappers of :attr:`built`)."""
         self.module = module
         self._autocast = nullcontext if plain else fabric.autocast
         self._backward = torch.Tensor.backward if plain else fabric.backward

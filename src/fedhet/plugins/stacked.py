@@ -66,14 +66,14 @@ from fedhet.core.seeding import generator_states, rng_preserved, seeded, set_gen
 from fedhet.functional.stacking import stack_states, unstack_states
 from fedhet.plugins.context import ClientContext, ClientJob, LocalResult
 from fedhet.plugins.local_loop import (
-    batch_mover,
     local_metrics,
     local_optimizers,
     local_schedule,
     local_training,
     run_phases,
+    started_client,
 )
-from fedhet.plugins.local_step import ModuleStep, StackedStep
+from fedhet.plugins.local_step import StackedStep
 from fedhet.plugins.runners import LocalRunner
 from fedhet.plugins.stacked_optimizers import (
     ELEMENTWISE_OPTIMIZERS as ELEMENTWISE_OPTIMIZERS,  # what stacking_refusal accepts: part of this module's API
@@ -400,10 +400,10 @@ def _prepare(
 ) -> tuple[dict[str, Any], dict[str, float]]:
     """Start the client its module holds as the sequential path does, and run its preparation phases there.
 
-    Through :func:`~fedhet.plugins.local_loop.local_training`, as ``run_local_training``: the module gets its
+    Through :func:`~fedhet.plugins.local_loop.started_client`, as ``run_local_training``: the module gets its
     ``LocalTraining``, its optimizers are built (a module may make per-client tensors there, e.g. FLIC's anchor copy),
-    ``on_train_start`` runs, then the ``preparation_phases()`` (FLIC's pre-training or re-alignment), one client at a
-    time with ``training_step``.
+    ``on_train_start`` runs, then the one local loop runs the ``preparation_phases()`` (FLIC's pre-training or
+    re-alignment) with the module's own step, one client at a time.
 
     Returns:
         the attributes ``names`` as the module then holds them, and the metrics of the preparation phases.
@@ -412,11 +412,9 @@ def _prepare(
     module = job.slot.module
     preparation = module.preparation_phases()
     phases = preparation + module.local_phases()
-    with local_training(module, loader, phases, job.slot.optimizers) as (training, optimizers):
-        module.on_train_start()
-        mover = batch_mover(context.fabric)
-        schedule = local_schedule(loader, preparation, context.local_epochs, context.local_steps, mover)
-        losses = run_phases(module, ModuleStep(context.fabric, module, optimizers), schedule)
+    with started_client(context.fabric, module, loader, phases, job.slot.optimizers) as (training, step):
+        schedule = local_schedule(context.fabric, loader, preparation, context.local_epochs, context.local_steps)
+        losses = run_phases(module, step, schedule)
     metrics = local_metrics(training.logs, losses, context.fabric.device.type != "cpu")
     del metrics["loss"]  # no local phase ran yet: the stack's steps give the loss
     return {name: getattr(module, name) for name in names}, metrics
@@ -434,7 +432,7 @@ def _schedule_batches(
     right after the batch is drawn: the numbers its ``training_step`` draws on the sequential path, from the same
     stream (nothing else in a stacked step draws).
     """
-    schedule = local_schedule(loader, phases, context.local_epochs, context.local_steps, batch_mover(context.fabric))
+    schedule = local_schedule(context.fabric, loader, phases, context.local_epochs, context.local_steps)
     if draws is None:
         return [list(batches) for _, batches in schedule]
     return [[draws(batch, phase.name) for batch in batches] for phase, batches in schedule]
