@@ -44,7 +44,8 @@ MEASURED: dict[str, tuple[str, ...]] = {
     "describe_federations": ("src/fedhet/datamodules", "configs"),
     "collective_latency": ("src/fedhet/plugins/shared_memory.py",),
     "stacked_cnn_step": ("src/fedhet/modules/fedpac_nets.py", "src/fedhet/functional/stacking.py"),
-    "stacked_methods": ("src/fedhet", "benchmarks/fedpac_reproduce.py"),  # --fedpac-scale: that script's recipes
+    "stacked_methods": ("src/fedhet", "benchmarks/_fedpac_recipes.py"),  # --fedpac-scale: those recipes
+    "fedpac_qp": ("src/fedhet", "benchmarks/_fedpac_recipes.py"),
     "heap_retention": ("src/fedhet", "benchmarks/engine_overhead.py"),  # its workloads
 }
 """Library paths a script's results depend on, where narrower than ``src/fedhet`` (scripts not listed: all of it)."""

@@ -18,10 +18,10 @@ How it is measured:
     does not apply (an optimal-transport loss over whole batches).
 
 The reproduction's workloads (``--fedpac-scale small|medium|paper``):
-    The same two paths on the FedPAC reproduction's recipe at that scale (``fedpac_reproduce.py``: its data,
+    The same two paths on the FedPAC reproduction's recipe at that scale (``_fedpac_recipes.py``: its data,
     partition, networks, optimisers and local epochs; 20 clients, all training every round): MNIST-5k with the MLP
     body (126 training samples, 3 steps per epoch), Fashion-MNIST with the MLP body (600 samples, E = 2: 24 steps of
-    a 784 x 128 layer), or the paper's CNN (600 samples, E = 5: 60 steps). The methods are then that script's
+    a 784 x 128 layer), or the paper's CNN (600 samples, E = 5: 60 steps). The methods are then that module's
     (``--methods FedPAC FedAvg``...). Whether stacking pays where a client's compute, not the engine, is the cost.
 
 Usage::
@@ -44,7 +44,7 @@ from pathlib import Path
 
 import torch
 
-import fedpac_reproduce
+import _fedpac_recipes
 from _common import environment, quiet_trainer, write_table
 from fedhet.datamodules import FederatedDataModule
 from fedhet.modules import FLIC, FedAvg, FederatedModule, FedPAC, FedProx, FedRep
@@ -94,9 +94,9 @@ def run(method: str, args: argparse.Namespace, stack: int | None, root: Path) ->
         trainer.fit(METHODS[method](), federation(args.clients, args.features, args.samples))
         accuracy = trainer.history[-1]["val/acc_mean"]
     else:
-        scale = fedpac_reproduce.SCALES[args.fedpac_scale]
+        scale = _fedpac_recipes.SCALES[args.fedpac_scale]
         trainer = quiet_trainer(args.rounds, root=root, stack_clients=stack, local_epochs=scale["local_epochs"])
-        model, data = fedpac_reproduce.methods(scale)[method](), fedpac_reproduce.federation(scale, 0, args.clients)
+        model, data = _fedpac_recipes.methods(scale)[method](), _fedpac_recipes.federation(scale, 0, args.clients)
         trainer.fit(model, data)
         accuracy = trainer.test(model, data)["test/acc_mean"]
     times = [row["time/train_s"] for row in trainer.history[1:]]
@@ -128,7 +128,7 @@ def measure(method: str, args: argparse.Namespace) -> dict[str, object]:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--fedpac-scale", choices=sorted(fedpac_reproduce.SCALES), help="the FedPAC reproduction's")
+    parser.add_argument("--fedpac-scale", choices=sorted(_fedpac_recipes.SCALES), help="the FedPAC reproduction's")
     parser.add_argument("--methods", nargs="+", default=None, help="default: every method of the workload")
     parser.add_argument("--clients", type=int, default=None, help="default: 64 (the FedPAC reproduction's: 20)")
     parser.add_argument("--stack", type=int, default=64, help="stack_clients")
@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--no-save", action="store_true")
     args = parser.parse_args(argv)
     scale = args.fedpac_scale
-    known = list(METHODS) if scale is None else list(fedpac_reproduce.methods(fedpac_reproduce.SCALES[scale]))
+    known = list(METHODS) if scale is None else list(_fedpac_recipes.methods(_fedpac_recipes.SCALES[scale]))
     args.methods = args.methods or known
     unknown = sorted(set(args.methods) - set(known))
     if unknown:
@@ -162,9 +162,9 @@ def main(argv: list[str] | None = None) -> None:
         )
         name, title = "stacked_methods", "Stacked path per method"
     else:
-        recipe = fedpac_reproduce.SCALES[scale]
+        recipe = _fedpac_recipes.SCALES[scale]
         workload = (
-            f"The FedPAC reproduction's `{scale}` recipe (`fedpac_reproduce.py`): {args.clients} clients of"
+            f"The FedPAC reproduction's `{scale}` recipe (`_fedpac_recipes.py`): {args.clients} clients of"
             f" {recipe['data']} in the paper's dominant-class partition, {recipe['samples']} samples each"
             f" ({1 - recipe['test_fraction']:.0%} for training), the {recipe['network']} body, batch 50, E ="
             f" {recipe['local_epochs']}; accuracy: the mean test accuracy after the last round."

@@ -103,7 +103,7 @@ def test_narrower_measured_paths_for_engine_scripts() -> None:
     assert "benchmarks/engine_overhead.py" in paths
     assert "src/fedhet/plugins" in paths
     assert "src/fedhet" not in paths
-    assert check_results.measured_paths("fedpac_reproduce")[-1] == "src/fedhet"
+    assert check_results.measured_paths("scale")[-1] == "src/fedhet"
 
 
 def test_a_script_in_a_subfolder_is_measured_code(repo: Path) -> None:
