@@ -1,6 +1,6 @@
 """``fedhet compare -c suite.yaml``: tune, run every (federation, method, seed), and write the suite's results.
 
-Runs go ``workers`` at a time, each a ``fedhet fit`` and a ``fedhet test`` in subprocesses
+Runs go ``workers`` at a time, each a ``fedhet fit`` and a ``fedhet test`` in one subprocess
 (:func:`~fedhet.experiments.runs.execute`); a run with a ``result.json`` is skipped, so a suite stopped half-way goes
 on where it stopped. A method with a search space is first tuned per federation on the tuning seeds
 (:func:`~fedhet.experiments.tuning.tune`, validation only, pruned through the study's storage), and its final runs use

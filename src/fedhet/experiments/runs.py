@@ -1,9 +1,11 @@
-"""One run of a suite: ``fedhet fit`` then ``fedhet test`` in subprocesses, and its ``result.json``.
+"""One run of a suite: ``fedhet fit`` then ``fedhet test`` in one subprocess, and its ``result.json``.
 
 A run is one (federation, method, seed). Its folder ``<output>/runs/<federation>/<method>/seed<s>`` is the trainer's
 ``default_root_dir``: the fit writes ``version_N`` (``config.yaml``, ``metrics.csv``, ``checkpoints/last.ckpt``) and
 the test, given ``--ckpt_path last``, the next version with the test metrics. ``result.json`` is written (atomically)
-only when both finished, so a suite run again skips the runs that have one.
+only when both finished, so a suite run again skips the runs that have one. Both commands run in one interpreter
+(:mod:`~fedhet.experiments.fit_test`), which pays the start-up of Python, torch and Lightning once per run, each with
+its own log (``fit.log``, ``test.log``).
 
 The seed is the trainer's (``--trainer.seed``: model initialisation, client sampling, batches); the federation's own
 data seed is left as its config gives it, so every seed and every method see the same clients and splits, and the
@@ -67,8 +69,13 @@ def _cli_value(value: Any) -> str:
 
 
 def command(spec: RunSpec, subcommand: str) -> list[str]:
-    """The ``python -m fedhet <subcommand>`` command line of ``spec``."""
-    args = [sys.executable, "-m", "fedhet", subcommand]
+    """The ``python -m fedhet <subcommand>`` command line of ``spec``, as one would run it alone."""
+    return [sys.executable, "-m", "fedhet", *arguments(spec, subcommand)]
+
+
+def arguments(spec: RunSpec, subcommand: str) -> list[str]:
+    """The ``fedhet`` arguments of ``spec``'s ``subcommand`` (``fit`` or ``test``), the subcommand first."""
+    args = [subcommand]
     for config in spec.configs:
         args += ["-c", str(config)]
     args += [
@@ -84,20 +91,40 @@ def command(spec: RunSpec, subcommand: str) -> list[str]:
     return args
 
 
-def _run(args: list[str], log: Path, spec: RunSpec) -> float:
-    """Run one command, its output to ``log``; return its CPU seconds (user + system, its own children included)."""
+def run_command(spec: RunSpec) -> list[str]:
+    """The one command line of a run: its fit and, unless ``spec.test`` is false, its test in one process."""
+    plan = {
+        "fit": arguments(spec, "fit"),
+        "test": arguments(spec, "test") if spec.test else None,
+        "test_log": str(spec.folder / "test.log"),
+    }
+    return [sys.executable, "-m", "fedhet.experiments.fit_test", json.dumps(plan)]
+
+
+def _run(spec: RunSpec) -> float:
+    """Run ``spec``'s fit and test, their output to ``fit.log`` and ``test.log``; return their CPU seconds.
+
+    The CPU seconds are user + system time of the process and its own children.
+
+    Raises:
+        RuntimeError: naming the command that failed (``fedhet fit`` or ``fedhet test``), the run folder and the log.
+
+    """
     env = dict(os.environ)
     if spec.threads is not None:
         env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(spec.threads)
     if spec.group is not None:
         env["WANDB_RUN_GROUP"] = spec.group
-    with log.open("w") as out:
-        proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env)
+    fit_log, test_log = spec.folder / "fit.log", spec.folder / "test.log"
+    test_log.unlink(missing_ok=True)  # written once the test starts: it names the failing command
+    with fit_log.open("w") as out:
+        proc = subprocess.Popen(run_command(spec), stdout=out, stderr=subprocess.STDOUT, env=env)
         _, status, usage = os.wait4(proc.pid, 0)
         proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode != 0:
+        subcommand, log = ("test", test_log) if test_log.is_file() else ("fit", fit_log)
         tail = log.read_text().strip().splitlines()[-3:]
-        raise RuntimeError(f"{' '.join(args[2:4])} failed in '{log.parent}' ({' | '.join(tail)}); log: {log}")
+        raise RuntimeError(f"fedhet {subcommand} failed in '{spec.folder}' ({' | '.join(tail)}); log: {log}")
     return float(usage.ru_utime + usage.ru_stime)
 
 
@@ -105,11 +132,12 @@ def _versions(root: Path) -> set[str]:
     return {p.name for p in root.glob("version_*") if p.is_dir()} if root.is_dir() else set()
 
 
-def _new_version(root: Path, before: set[str]) -> Path:
+def _new_versions(root: Path, before: set[str], count: int) -> list[Path]:
+    """The ``count`` version folders written under ``root`` since ``before``, oldest first (fit, then test)."""
     made = sorted(_versions(root) - before, key=lambda name: int(name.split("_")[1]))
-    if not made:
-        raise RuntimeError(f"no version folder was written under '{root}'")
-    return root / made[-1]
+    if len(made) < count:
+        raise RuntimeError(f"{count} version folders should have been written under '{root}', found {len(made)}")
+    return [root / name for name in made[-count:]]
 
 
 def read_metrics(path: Path) -> list[dict[str, float]]:
@@ -170,7 +198,7 @@ def load_result(folder: Path) -> dict[str, Any] | None:
 
 
 def execute(spec: RunSpec) -> dict[str, Any]:
-    """Run ``spec`` (fit, then test unless ``spec.test`` is false), write its ``result.json`` and return it.
+    """Run ``spec`` (fit, then test unless ``spec.test`` is false, in one process), write ``result.json``, return it.
 
     Raises:
         RuntimeError: one line naming the command, the run folder and its log, when a command fails.
@@ -179,15 +207,10 @@ def execute(spec: RunSpec) -> dict[str, Any]:
     spec.folder.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     before = _versions(spec.folder)
-    cpu = _run(command(spec, "fit"), spec.folder / "fit.log", spec)
-    fit_dir = _new_version(spec.folder, before)
-    test_rows: list[dict[str, float]] = []
-    test_dir = None
-    if spec.test:
-        before = _versions(spec.folder)
-        cpu += _run(command(spec, "test"), spec.folder / "test.log", spec)
-        test_dir = _new_version(spec.folder, before)
-        test_rows = read_metrics(test_dir / "metrics.csv")
+    cpu = _run(spec)
+    fit_dir, *tested = _new_versions(spec.folder, before, 2 if spec.test else 1)
+    test_dir = tested[0] if tested else None
+    test_rows = [] if test_dir is None else read_metrics(test_dir / "metrics.csv")
     result = {
         "federation": spec.federation,
         "method": spec.method,

@@ -1,0 +1,65 @@
+"""A suite run's fit and test in one process: the folders and metrics of the two commands alone; failures named."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from fedhet.experiments.runs import RunSpec, command, execute, run_command
+
+FEDAVG = Path(__file__).resolve().parents[2] / "configs" / "fedavg" / "digits.yaml"
+
+
+def _spec(folder: Path, **changes: object) -> RunSpec:
+    spec = RunSpec(
+        federation="digits",
+        method="fedavg",
+        seed=3,
+        configs=(FEDAVG,),
+        overrides={"trainer.rounds": 1},
+        folder=folder,
+        threads=1,
+    )
+    return RunSpec(**{**spec.__dict__, **changes})
+
+
+def _test_rows(version: Path) -> list[dict[str, str]]:
+    with (version / "metrics.csv").open(newline="") as handle:
+        return [row for row in csv.DictReader(handle) if any(k.startswith("test/") and v for k, v in row.items())]
+
+
+@pytest.mark.slow
+def test_fit_and_test_in_one_process_match_the_test_command_alone(tmp_path: Path) -> None:
+    spec = _spec(tmp_path / "run")
+    assert run_command(spec)[1:3] == ["-m", "fedhet.experiments.fit_test"]
+    result = execute(spec)
+    assert (result["fit_version"], result["test_version"]) == ("version_0", "version_1")
+    assert json.loads((spec.folder / "result.json").read_text()) == result
+    assert (spec.folder / "version_0" / "config.yaml").is_file()
+    assert (spec.folder / "version_0" / "checkpoints" / "last.ckpt").is_file()
+    assert "Traceback" not in (spec.folder / "fit.log").read_text() + (spec.folder / "test.log").read_text()
+    # the same test as its own `fedhet test` process, on the same checkpoint: the same metrics, in version_2
+    subprocess.run(command(spec, "test"), check=True, capture_output=True)
+    together, alone = _test_rows(spec.folder / "version_1"), _test_rows(spec.folder / "version_2")
+    assert together == alone
+    assert float(together[0]["test/acc_mean"]) == pytest.approx(result["test"]["test/acc_mean"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("changes", "failing"),
+    [
+        ({"overrides": {"trainer.rounds": 0}}, "fit"),  # refused when the fit starts
+        ({"extra_fit_args": ("--trainer.checkpointing.every=0",)}, "test"),  # no checkpoint for the test to load
+    ],
+)
+def test_a_failure_names_the_command_and_its_log(tmp_path: Path, changes: dict[str, object], failing: str) -> None:
+    spec = _spec(tmp_path / "run", **changes)
+    with pytest.raises(RuntimeError, match=f"^fedhet {failing} failed in .*; log: .*{failing}.log$"):
+        execute(spec)
+    assert not (spec.folder / "result.json").exists()
+    assert (spec.folder / "test.log").exists() == (failing == "test")
