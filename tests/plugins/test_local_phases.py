@@ -51,6 +51,25 @@ def test_a_phase_steps_the_optimizer_it_names():
     assert metrics["steps"] == 3 * len(batches)
 
 
+class FailsInItsHeadPhase(PretrainsItsHead):
+    def training_step(self, batch, batch_idx):
+        if self.local_phase.name == "pretrain" and batch_idx == 1:
+            raise RuntimeError("step on fire")
+        return super().training_step(batch, batch_idx)
+
+
+def test_a_step_that_raises_leaves_its_phase():
+    """The clients of an architecture share one module: a client whose step raises in a head-only phase leaves it
+    with every parameter trainable, as a client that finishes does, so the next client trains its whole model."""
+    client = make_client("a", 24, 0)
+    module = built(FailsInItsHeadPhase(hidden_dims=[4]), client)
+    fabric = Fabric(accelerator="cpu", devices=1)
+    with pytest.raises(RuntimeError, match="step on fire"):
+        run_local_training(fabric, module, list(client.train_dataloader()), module.local_phases(), 1, None)
+    assert module.local_phase is None
+    assert all(param.requires_grad for param in module.parameters())
+
+
 def test_a_phase_naming_a_missing_optimizer_is_refused_before_training():
     client = make_client("a", 24, 0)
     module = built(FedAvg(hidden_dims=[4]), client)
