@@ -110,7 +110,7 @@ def server_cost(clients: list[int], atoms: list[int], n: int = 200, d: int = 64,
             for _ in range(3):
                 callback = DictionaryAveraging()
                 start = time.perf_counter()
-                callback.on_aggregate_end(NO_LOGGER, 0, ServerState(), updates)  # type: ignore[arg-type]
+                callback.on_aggregate_end(NO_LOGGER, 0, ServerState(), updates)
                 best = min(best, time.perf_counter() - start)
             out.append((k, m, best))
     return out
