@@ -55,11 +55,17 @@ def test_fit_and_test_in_one_process_match_the_test_command_alone(tmp_path: Path
     [
         ({"overrides": {"trainer.rounds": 0}}, "fit"),  # refused when the fit starts
         ({"extra_fit_args": ("--trainer.checkpointing.every=0",)}, "test"),  # no checkpoint for the test to load
+        ({"overrides": {"trainer.rounds": 1, "trainer.logger": False}, "test": False}, None),  # no metrics.csv
     ],
 )
-def test_a_failure_names_the_command_and_its_log(tmp_path: Path, changes: dict[str, object], failing: str) -> None:
+def test_a_failure_names_the_command_and_its_log(
+    tmp_path: Path, changes: dict[str, object], failing: str | None
+) -> None:
     spec = _spec(tmp_path / "run", **changes)
-    with pytest.raises(RuntimeError, match=f"^fedhet {failing} failed in .*; log: .*{failing}.log$"):
+    message = "holds no metrics.csv: the run's trainer.logger" if failing is None else f"^fedhet {failing} failed in "
+    with pytest.raises(RuntimeError, match=message) as error:
         execute(spec)
+    if failing is not None:
+        assert str(error.value).endswith(f"; log: {spec.folder / f'{failing}.log'}")
     assert not (spec.folder / "result.json").exists()
     assert (spec.folder / "test.log").exists() == (failing == "test")

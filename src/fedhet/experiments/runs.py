@@ -210,6 +210,12 @@ def execute(spec: RunSpec) -> dict[str, Any]:
     cpu = _run(spec)
     fit_dir, *tested = _new_versions(spec.folder, before, 2 if spec.test else 1)
     test_dir = tested[0] if tested else None
+    for version in (fit_dir, *tested):
+        if not (version / "metrics.csv").is_file():
+            raise RuntimeError(
+                f"run folder '{version}' holds no metrics.csv: the run's trainer.logger replaced the run folder's CSV"
+                " logger (e.g. a WandbLogger alone), and the suite reads every run's metrics from that file"
+            )
     test_rows = [] if test_dir is None else read_metrics(test_dir / "metrics.csv")
     result = {
         "federation": spec.federation,
