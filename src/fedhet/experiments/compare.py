@@ -209,14 +209,15 @@ def summarise_on_wandb(suite: Suite, results: Sequence[Mapping[str, Any]], writt
     """
     from fedhet.experiments.wandb_summary import log_summary
 
-    configs = (
-        yaml.safe_load(
-            (
-                run_spec(suite, r["federation"], r["method"], r["seed"], {}).folder / r["fit_version"] / "config.yaml"
-            ).read_text()
-        )
+    texts = (
+        (
+            run_spec(suite, r["federation"], r["method"], r["seed"], {}).folder / r["fit_version"] / "config.yaml"
+        ).read_text()
         for r in results
     )
+    configs = [yaml.safe_load(text) for text in texts if "WandbLogger" in text]  # no YAML parsing without W&B
+    if not configs:
+        return None
     table = next(p for p in written if p.name == "table.csv")
     figures = [p for p in written if p.suffix == ".png"]
     return log_summary(suite.name, configs, table, figures, provenance(suite, results))
