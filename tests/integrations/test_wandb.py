@@ -1,5 +1,6 @@
 """Runs logged to Weights & Biases (offline), checked by reading back the run file that wandb wrote."""
 
+import csv
 import ipaddress
 import json
 import socket
@@ -19,6 +20,7 @@ from fedhet.cli import FederatedCLI  # noqa: E402
 from fedhet.modules import FedAvg  # noqa: E402
 from fedhet.plugins import FederatedTrainer  # noqa: E402
 from fedhet.plugins.options import Processes, Reporting  # noqa: E402
+from fedhet.plugins.run_folder import RunCSVLogger  # noqa: E402
 from tests.test_cli import FEDAVG, tiny  # noqa: E402
 
 # ------------------------------------------------------------------------------------------ reading a .wandb file
@@ -180,7 +182,10 @@ def test_wandb_logger_gets_every_round(offline_wandb, tmp_path, tiny_federation)
     logged = config(records)
     assert logged["model"]["init_args"]["hidden_dims"] == [8]
     assert logged["model"]["init_args"]["finetune_epochs"] == 0
-    assert not list((tmp_path / "run").glob("version_*/metrics.csv")), "an explicit logger replaces the CSV logger"
+    (record,) = (tmp_path / "run").glob("version_*/metrics.csv")  # the run's CSV record is kept beside W&B
+    with record.open(newline="") as handle:
+        rounds = [float(row["round"]) for row in csv.DictReader(handle) if row.get("round")]
+    assert rounds == [0.0, 1.0]
 
 
 def test_wandb_logger_from_the_cli(offline_wandb, tmp_path):
@@ -201,8 +206,9 @@ def test_wandb_logger_from_the_cli(offline_wandb, tmp_path):
             "fedhet-test",
         ]
     )
-    (logger,) = cli.trainer.loggers
+    logger, record = cli.trainer.loggers  # the user's logger, then the run folder's CSV record
     assert isinstance(logger, WandbLogger)
+    assert isinstance(record, RunCSVLogger)
     assert logger.experiment.offline
     wandb.finish()
 
@@ -214,4 +220,4 @@ def test_wandb_logger_from_the_cli(offline_wandb, tmp_path):
     assert logged["model"]["class_path"] == "fedhet.modules.FedAvg"
     assert logged["data"]["init_args"]["num_clients"] == 3
     assert (run_dir / "version_0" / "config.yaml").is_file()
-    assert not list(run_dir.glob("version_*/metrics.csv"))
+    assert (run_dir / "version_0" / "metrics.csv").is_file()

@@ -213,8 +213,8 @@ def execute(spec: RunSpec) -> dict[str, Any]:
     for version in (fit_dir, *tested):
         if not (version / "metrics.csv").is_file():
             raise RuntimeError(
-                f"run folder '{version}' holds no metrics.csv: the run's trainer.logger replaced the run folder's CSV"
-                " logger (e.g. a WandbLogger alone), and the suite reads every run's metrics from that file"
+                f"run folder '{version}' holds no metrics.csv (trainer.logger: false turns the run's CSV record off),"
+                " and the suite reads every run's metrics from that file"
             )
     test_rows = [] if test_dir is None else read_metrics(test_dir / "metrics.csv")
     result = {

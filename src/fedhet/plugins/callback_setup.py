@@ -20,10 +20,10 @@ TrainerLogger = LightningLogger | Logger
 
 
 def user_loggers(logger: TrainerLogger | Iterable[TrainerLogger] | bool | None) -> list[Logger]:
-    """The loggers a user passed as the trainer's ``logger`` (``True``/``False``: none yet).
+    """The loggers a user passed as the trainer's ``logger`` (``True``/``False``: none).
 
-    ``True`` asks for the default CSV logger, which the trainer makes at launch, once the version folder it writes
-    into is known.
+    The run folder's CSV record is not among them: the trainer adds it at launch (unless ``logger=False``), once the
+    version folder it writes into is known.
     """
     if isinstance(logger, bool) or logger is None:
         return []

@@ -118,8 +118,10 @@ class FederatedTrainer:
             there (:mod:`fedhet.plugins.run_folder`); a resumed ``fit`` goes on in its checkpoint's folder and
             ``export`` writes beside the run it exports. A command holds its folder under a lock until it ends: a
             second command on a held folder is refused, naming the holder.
-        logger: a Lightning/Fabric logger or a list of them; ``True`` for a CSV logger, ``False`` for none. A short
-            class name (``TensorBoardLogger``, ``CSVLogger``, ``WandbLogger``) is Lightning's logger of that name.
+        logger: a Lightning/Fabric logger or a list of them, logged to beside the run folder's own ``metrics.csv``
+            (the run's record, which ``fedhet compare`` and a resumed fit read); ``True`` for that CSV record alone,
+            ``False`` for no logger at all. A short class name (``TensorBoardLogger``, ``CSVLogger``,
+            ``WandbLogger``) is Lightning's logger of that name.
         callbacks: federation callbacks (merged with the module's ``configure_callbacks()``); Lightning's
             ``ModelCheckpoint`` and ``EarlyStopping`` act at round granularity
             (:mod:`fedhet.callbacks.lightning_adapters`), any other Lightning callback is refused.
@@ -193,7 +195,7 @@ class FederatedTrainer:
         self.client_state = client_state
         self.reporting = reporting
         self._failure_budget = FailureBudget(faults.max_client_failures)
-        self._default_logger = logger is True
+        self._run_record = logger is not False
         self.loggers: list[Logger] = user_loggers(logger)
         self.user_callbacks: list[Any] = list(callbacks or [])
         self.run_config: dict[str, Any] | None = None  # set by the CLI, saved beside the logs
@@ -226,7 +228,7 @@ class FederatedTrainer:
         self._prepare(model, datamodule, "fit")
         if state is not None and path is not None:
             self._restore(
-                state, path, replay_logs=self._default_logger, private=isinstance(self._server_update, PrivateUpdate)
+                state, path, replay_logs=self._run_record, private=isinstance(self._server_update, PrivateUpdate)
             )
             check_resumed_rounds(state, self.rounds, self.sampler, path)
         if isinstance(self.runner, StackedRunner):  # on one module per client architecture, before any training
@@ -395,8 +397,8 @@ class FederatedTrainer:
             if run_folder:
                 self._hold_run(version, command)
             return
-        if self._default_logger and not self.loggers:
-            self.loggers = [RunCSVLogger(self.run)]
+        if self._run_record and not any(isinstance(lg, RunCSVLogger) for lg in self.loggers):
+            self.loggers = [*self.loggers, RunCSVLogger(self.run)]
         check_multi_node_launch(self.processes.num_nodes)
         callbacks = federation_callbacks(self.user_callbacks, model, self.loggers, self.reporting.progress_bar)
         self._hooks = CallbackHooks(callbacks, trainer=self)
@@ -672,9 +674,12 @@ class FederatedTrainer:
         self.comm.load_state_dict(state["comm_totals"])
         self.current_round = state["round"]
         self._has_state = True
-        if replay_logs:
-            for metrics in self.history:  # the checkpoint's rounds, over the rows the CSV file holds for them
-                self._fabric.log_dict(metrics, step=int(metrics["round"]))
+        if replay_logs:  # the checkpoint's rounds, over the rows the run's CSV file holds for them (not to W&B)
+            for logger in self._fabric.loggers:
+                if isinstance(logger, RunCSVLogger):
+                    for metrics in self.history:
+                        row: dict[str, Any] = dict(metrics)
+                        logger.log_metrics(row, step=int(metrics["round"]))
 
     def _log_run_config(self, model: LightningModule) -> None:
         class_path = f"{type(model).__module__}.{type(model).__qualname__}"
