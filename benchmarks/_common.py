@@ -87,8 +87,11 @@ def machine() -> str:
     return f"{cpu}, {os.cpu_count()} CPUs{memory}, {gpu}"
 
 
-def environment(seed: int | None = None) -> dict[str, str]:
-    """Date, command, commit and machine of a benchmark run, for the footer of its results."""
+def environment(seed: int | None = None, config: str | None = None) -> dict[str, str]:
+    """Date, command, commit and machine of a benchmark run, for the footer of its results.
+
+    ``config`` names the config or suite the numbers come from, or says that the script builds its own workload.
+    """
     import lightning
 
     env = {
@@ -105,6 +108,8 @@ def environment(seed: int | None = None) -> dict[str, str]:
     }
     if seed is not None:
         env["seed"] = str(seed)
+    if config is not None:
+        env["config"] = config
     return env
 
 

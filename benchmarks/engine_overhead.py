@@ -777,7 +777,9 @@ def main(argv: list[str] | None = None) -> None:
     print_table(rows)
     if not args.no_save:
         name = results_name(workload, args.system_malloc)
-        write_results(rows, {**environment(args.seed), "malloc": malloc}, args.output_dir, workload, name)
+        config = f"none: the script's built-in synthetic `{workload.name}` workload (WORKLOADS); no config or suite"
+        env = {**environment(args.seed, config), "malloc": malloc}
+        write_results(rows, env, args.output_dir, workload, name)
         print(f"wrote {args.output_dir / name}.csv and .md")
 
 

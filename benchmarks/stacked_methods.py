@@ -161,6 +161,7 @@ def main(argv: list[str] | None = None) -> None:
             " each, batch 16, one local epoch; accuracy: the final mean validation accuracy."
         )
         name, title = "stacked_methods", "Stacked path per method"
+        config = "none: the script's built-in Gaussian-blob clients (above); no fedhet config or suite"
     else:
         recipe = _fedpac_recipes.SCALES[scale]
         workload = (
@@ -170,7 +171,8 @@ def main(argv: list[str] | None = None) -> None:
             f" {recipe['local_epochs']}; accuracy: the mean test accuracy after the last round."
         )
         name, title = f"stacked_methods_fedpac_{scale}", f"Stacked path on the FedPAC reproduction ({scale} scale)"
-    print(write_table(name, title, rows, COLUMNS, [timing, workload], environment(seed=0)))
+        config = f"none: `_fedpac_recipes.py`'s `{scale}` recipe (above); no fedhet config or suite"
+    print(write_table(name, title, rows, COLUMNS, [timing, workload], environment(seed=0, config=config)))
 
 
 if __name__ == "__main__":
