@@ -102,6 +102,38 @@ def test_smoke_suite_table_resume_and_tuning(tmp_path: Path) -> None:
     assert {p.parent for p in new} == {out / "runs" / "digits" / "fedavg" / "seed1"}
 
 
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_seeds_runs_part_of_a_suite_and_its_table_says_what_it_covers(tmp_path: Path) -> None:
+    path = _suite(tmp_path, tuning=None)
+    suite = yaml.safe_load(path.read_text())
+    del suite["methods"]["fedrep"]["search"]
+    path.write_text(yaml.safe_dump(suite))
+    out = tmp_path / "out"
+    main(["compare", "-c", str(path), "--seeds", "1"])
+    assert sorted(p.parent.name for p in (out / "runs").rglob("result.json")) == ["seed1", "seed1"]
+    assert {row["n"] for row in _table(out).values()} == {"1"}
+    assert "- covers: `2 of 4 runs (seeds 1 of [0, 1])`" in (out / "table.md").read_text()
+    assert "# covers: 2 of 4 runs" in (out / "table.csv").read_text()
+    before = _stamps(out)
+    main(["compare", "-c", str(path)])  # the rest of the suite: seed 0 runs, seed 1 is kept
+    after = _stamps(out)
+    assert {p: after[p] for p in before} == before
+    assert sorted(p.parent.name for p in after) == ["seed0", "seed0", "seed1", "seed1"]
+    assert {row["n"] for row in _table(out).values()} == {"2"}
+    assert "covers" not in (out / "table.md").read_text()
+
+
+def test_unknown_seed_is_one_line_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _suite(tmp_path)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["compare", "-c", str(path), "--seeds", "0", "7"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"fedhet compare: error: suite file '{path}': --seeds: [7] not among the suite's seeds [0, 1]"
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize(
     ("changes", "field"),
     [

@@ -2,9 +2,10 @@
 
 Runs go ``workers`` at a time, each a ``fedhet fit`` and a ``fedhet test`` in one subprocess
 (:func:`~fedhet.experiments.runs.execute`); a run with a ``result.json`` is skipped, so a suite stopped half-way goes
-on where it stopped. A method with a search space is first tuned per federation on the tuning seeds
-(:func:`~fedhet.experiments.tuning.tune`, validation only, pruned through the study's storage), and its final runs use
-the chosen values (``tuned.yaml``). The results folder (the suite's ``results``, default ``output``) gets
+on where it stopped. ``--seeds`` runs some of the suite's seeds only (a long suite in parts); a table written before
+every run has finished says which runs it covers. A method with a search space is first tuned per federation on the
+tuning seeds (:func:`~fedhet.experiments.tuning.tune`, validation only, pruned through the study's storage), and its
+final runs use the chosen values (``tuned.yaml``). The results folder (the suite's ``results``, default ``output``) gets
 ``table.md``, ``table.csv`` (:mod:`~fedhet.experiments.results`), the figures (:mod:`~fedhet.experiments.plots`) and a
 copy of ``tuned.yaml``, each naming the suite file, the git commit and the sha256 of the runs' resolved configs.
 """
@@ -110,8 +111,16 @@ def provenance(suite: Suite, results: Sequence[Mapping[str, Any]]) -> dict[str, 
     }
 
 
-def write_results(suite: Suite, results: list[dict[str, Any]], tuned: Mapping[str, Mapping[str, Any]]) -> list[Path]:
+def write_results(
+    suite: Suite, results: list[dict[str, Any]], tuned: Mapping[str, Mapping[str, Any]], planned: int | None = None
+) -> list[Path]:
     """Write ``table.md``, ``table.csv``, the figures and a copy of ``tuned.yaml`` into the suite's results folder.
+
+    Args:
+        suite: the suite.
+        results: the finished runs' results.
+        tuned: the chosen overrides per ``federation/method``.
+        planned: the suite's number of runs; when more than ``len(results)``, the tables say what they cover.
 
     Returns:
         the paths written (``tuned.yaml`` only when the results folder is not ``output``, where it already is).
@@ -121,6 +130,9 @@ def write_results(suite: Suite, results: list[dict[str, Any]], tuned: Mapping[st
     from fedhet.experiments.results import table_rows, to_csv, to_markdown
 
     stamp = provenance(suite, results)
+    if planned is not None and len(results) < planned:
+        seeds = sorted({r["seed"] for r in results})
+        stamp["covers"] = f"{len(results)} of {planned} runs (seeds {', '.join(map(str, seeds))} of {suite.seeds})"
     header = [f"# Suite {suite.name}", "", *(f"- {k}: `{v}`" for k, v in stamp.items())]
     rows = table_rows(results, suite.metric, suite.baseline, tuned)
     folder = suite.results_folder
@@ -135,17 +147,24 @@ def write_results(suite: Suite, results: list[dict[str, Any]], tuned: Mapping[st
     return [md, csv_path, *figures, *copies]
 
 
-def compare(suite: Suite, progress: Callable[[str], None] | None = None) -> list[Path]:
+def compare(
+    suite: Suite, progress: Callable[[str], None] | None = None, seeds: Sequence[int] | None = None
+) -> list[Path]:
     """Run a suite (see the module docstring) and return the results files written.
 
     Args:
         suite: a checked suite (:func:`~fedhet.experiments.suite.load_suite`).
         progress: called with a line when a tuning or a run finishes (``None``: a ``rich`` progress bar).
+        seeds: run only these of the suite's seeds (``None``: all); the table covers every finished run.
 
     Raises:
         RuntimeError: when a run fails (its log is named); runs finished before it keep their ``result.json``.
+        SuiteError: when ``seeds`` names a seed the suite does not have.
 
     """
+    unknown = sorted(set(seeds or ()) - set(suite.seeds))
+    if unknown:
+        raise SuiteError(f"suite file '{suite.path}': --seeds: {unknown} not among the suite's seeds {suite.seeds}")
     suite.output.mkdir(parents=True, exist_ok=True)
     tuned_path = suite.output / TUNED_FILE
     tuned: dict[str, dict[str, Any]] = yaml.safe_load(tuned_path.read_text()) or {} if tuned_path.is_file() else {}
@@ -159,7 +178,11 @@ def compare(suite: Suite, progress: Callable[[str], None] | None = None) -> list
     from rich.progress import Progress
 
     bar = Progress(disable=progress is not None, transient=False)
-    pending = [(f, m, s) for f, m, s in order if load_result(run_spec(suite, f, m, s, {}).folder) is None]
+    pending = [
+        (f, m, s)
+        for f, m, s in order
+        if (seeds is None or s in seeds) and load_result(run_spec(suite, f, m, s, {}).folder) is None
+    ]
     task = bar.add_task(f"suite {suite.name}", total=len(pending) + len(to_tune))
 
     def done(line: str) -> None:
@@ -195,7 +218,7 @@ def compare(suite: Suite, progress: Callable[[str], None] | None = None) -> list
                     done(f"ran {m} on {f}, seed {s}")
     results = [load_result(run_spec(suite, f, m, s, {}).folder) for f, m, s in order]
     complete = [r for r in results if r is not None]
-    written = write_results(suite, complete, tuned)
+    written = write_results(suite, complete, tuned, planned=len(order))
     summarise_on_wandb(suite, complete, written)
     return written
 
@@ -227,14 +250,14 @@ def main(argv: list[str]) -> None:
     """``fedhet compare -c suite.yaml``: exit 2 with one line on a bad suite file, 1 with one line on a failed run."""
     parser = argparse.ArgumentParser(prog="fedhet compare", description=__doc__.split("\n")[0])
     parser.add_argument("-c", "--config", required=True, help="the suite file (YAML)")
+    parser.add_argument("--seeds", type=int, nargs="+", help="run only these of the suite's seeds (default: all)")
     args = parser.parse_args(argv)
     try:
         suite = load_suite(args.config)
+        written = compare(suite, seeds=args.seeds)
     except SuiteError as err:
         sys.stderr.write(f"fedhet compare: error: {err}\n")
         sys.exit(2)
-    try:
-        written = compare(suite)
     except RuntimeError as err:
         sys.exit(f"fedhet compare: error: {err}")
     print(f"results in {suite.results_folder}: {', '.join(p.name for p in written)}")
