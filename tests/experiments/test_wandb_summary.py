@@ -12,10 +12,11 @@ import pytest
 import yaml
 
 pytest.importorskip("wandb")
+from fedhet.cli import main  # noqa: E402
 from fedhet.experiments.compare import run_spec, summarise_on_wandb, write_results  # noqa: E402
 from fedhet.experiments.suite import load_suite  # noqa: E402
 from fedhet.experiments.wandb_summary import wandb_logger  # noqa: E402
-from tests.experiments.test_compare import _suite  # noqa: E402
+from tests.experiments.test_compare import _suite, _table  # noqa: E402
 from tests.integrations import test_wandb  # noqa: E402
 
 offline_wandb = test_wandb.offline_wandb  # the fixture: W&B offline, writing only under tmp_path, no network
@@ -109,3 +110,54 @@ def test_no_summary_without_wandb_runs_or_without_wandb(
 )
 def test_wandb_logger_found_in_a_resolved_config(logger: Any, found: dict[str, Any] | None) -> None:
     assert wandb_logger({"trainer": {"logger": logger}}) == found
+
+
+def _offline_runs(save_dir: Path) -> list[Any]:
+    """The run record and history of every finished offline run under ``save_dir`` (one per run folder)."""
+    runs = []
+    for folder in sorted(Path(save_dir, "wandb").glob("offline-run-*")):
+        (path,) = folder.glob("run-*.wandb")
+        records = test_wandb.read_records(path)
+        (run,) = [r.run for r in records if r.WhichOneof("record_type") == "run"]
+        runs.append((run, test_wandb.history(records)))
+    return runs
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_suite_logging_to_wandb_end_to_end(offline_wandb: Path, tmp_path: Path) -> None:
+    """A real suite whose runs log to W&B: every fit in the suite's group beside its CSV record, then the summary."""
+    logger = {**WANDB, "init_args": {**WANDB["init_args"], "save_dir": str(offline_wandb)}}
+    path = _suite(tmp_path, tuning=None, seeds=[0])
+    spec = yaml.safe_load(path.read_text())
+    del spec["methods"]["fedrep"]["search"]
+    for method in spec["methods"].values():
+        method["overrides"]["trainer.logger"] = logger
+    path.write_text(yaml.safe_dump(spec))
+    main(["compare", "-c", str(path)])
+
+    out = tmp_path / "out"
+    runs = _offline_runs(offline_wandb)
+    assert {run.run_group for run, _ in runs} == {"smoke"}
+    (summary,) = [run for run, _ in runs if run.job_type == "summary"]
+    assert summary.display_name == "smoke-summary"
+    logged = [rows for run, rows in runs if run.job_type != "summary"]
+    fits = [rows for rows in logged if any("val/acc_mean" in r for r in rows)]
+    tests = [rows for rows in logged if any("test/acc_mean" in r for r in rows)]
+    assert len(fits) == len(tests) == len(logged) / 2 == 2  # a fit and a test per (method, seed)
+    table = _table(out)
+    for method in ("fedavg", "fedrep"):
+        folder = out / "runs" / "digits" / method / "seed0"
+        val = [float(r["val/acc_mean"]) for r in _csv_rows(folder) if r.get("val/acc_mean")]
+        assert sum(rows[-1].get("val/acc_mean") == pytest.approx(val[-1]) for rows in fits) == 1
+        acc = float(table[("digits", method)]["test/acc_mean"])  # the table, from the runs' own CSV records
+        assert sum(any(r.get("test/acc_mean") == pytest.approx(acc) for r in rows) for rows in tests) == 1
+
+
+def _csv_rows(run: Path) -> list[dict[str, str]]:
+    """Every row of every version's metrics.csv under a run folder (the fit's and the test's)."""
+    rows = []
+    for path in sorted(run.glob("version_*/metrics.csv")):
+        with path.open(newline="") as handle:
+            rows += list(csv.DictReader(handle))
+    return rows
