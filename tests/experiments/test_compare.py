@@ -12,7 +12,8 @@ import yaml
 from scipy import stats
 
 from fedhet.cli import main
-from fedhet.experiments.results import paired
+from fedhet.experiments.compare import tuned_at_edges
+from fedhet.experiments.results import paired, table_rows
 from fedhet.experiments.suite import load_suite
 
 SMOKE = Path(__file__).resolve().parents[2] / "configs" / "suites" / "smoke.yaml"
@@ -175,3 +176,15 @@ def test_paired_wilcoxon_from_six_seeds() -> None:
     assert six["wilcoxon_p"] == pytest.approx(2 / 2**6)
     assert six["diff"] == pytest.approx(0.035)
     assert math.isnan(paired(method[:5], base, "test/acc_mean")["wilcoxon_p"])
+
+
+def test_a_tuned_value_at_the_end_of_its_range_is_marked_in_the_table(tmp_path: Path) -> None:
+    suite = load_suite(_suite(tmp_path))  # fedrep searches lr over 0.01-0.3 on a log scale
+    key = "model.init_args.lr"
+    tuned = {"digits/fedrep": {key: 0.28}, "digits/fedavg": {key: 0.28}}  # fedavg has no search space
+    assert tuned_at_edges(suite, tuned) == {"digits/fedrep": {key: "high"}}
+    assert tuned_at_edges(suite, {"digits/fedrep": {key: 0.05}}) == {}
+    results = [{"federation": "digits", "method": "fedrep", "seed": 0, "test": {"test/acc_mean": 0.9}, "cpu_s": 1.0}]
+    results[0].update(rounds=1, bytes_per_round=0.0)
+    (row,) = table_rows(results, "acc", "fedavg", tuned, tuned_at_edges(suite, tuned))
+    assert row["tuned"] == f"{key}=0.28 (high end of range)"

@@ -76,6 +76,32 @@ def test_a_bad_search_space_is_named_in_one_line(spec, expected):
 
 
 # ---------------------------------------------------------------------------------------------------- TPE
+LOG_LR = {"type": "float", "low": 0.01, "high": 0.5, "log": True}
+LIN_LR = {"type": "float", "low": 0.01, "high": 0.5}
+EPOCHS = {"type": "int", "low": 1, "high": 10}
+
+
+@pytest.mark.parametrize(
+    ("spec", "value", "end"),
+    [
+        (LOG_LR, 0.421, "high"),  # log position ln(42.1) / ln(50) = 0.956
+        (LOG_LR, 0.139, None),  # 0.672
+        (LOG_LR, 0.0146, "low"),  # ln(1.46) / ln(50) = 0.097
+        (LIN_LR, 0.0585, "low"),  # (0.0585 - 0.01) / 0.49 = 0.099
+        (LIN_LR, 0.0595, None),  # 0.101
+        (LIN_LR, 0.46, "high"),  # 0.918
+        (EPOCHS, 1, "low"),
+        (EPOCHS, 2, None),  # 1 / 9 = 0.111
+        (EPOCHS, 10, "high"),
+        ({"type": "int", "low": 3, "high": 3}, 3, None),  # a range of one value
+        ({"type": "categorical", "choices": [0.01, 0.5]}, 0.5, None),
+    ],
+)
+def test_a_value_at_an_end_of_its_range_is_named(spec, value, end):
+    space = SearchSpace.parse({"model.init_args.x": spec}, "suite.yaml")
+    assert space.at_edges({"model.init_args.x": value}) == ({} if end is None else {"model.init_args.x": end})
+
+
 def test_tpe_with_a_seed_repeats_its_trials_and_finds_the_maximum():
     runs = [tune(f"p{k}", X, parabola, n_trials=20, storage=None, seed=seed) for k, seed in enumerate((3, 3, 4))]
     drawn = [[t.overrides["x"] for t in run.trials] for run in runs]

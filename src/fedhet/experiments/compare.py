@@ -111,6 +111,23 @@ def provenance(suite: Suite, results: Sequence[Mapping[str, Any]]) -> dict[str, 
     }
 
 
+def read_tuned(suite: Suite) -> dict[str, dict[str, Any]]:
+    """The chosen overrides so far (``output/tuned.yaml``): ``"<federation>/<method>" -> overrides``."""
+    path = suite.output / TUNED_FILE
+    return (yaml.safe_load(path.read_text()) or {}) if path.is_file() else {}
+
+
+def tuned_at_edges(suite: Suite, tuned: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, str]]:
+    """``"<federation>/<method>" -> {key: "low" | "high"}`` for the tuned values at an end of their search range."""
+    edges = {}
+    for name, values in tuned.items():
+        spec = suite.methods.get(name.split("/", 1)[1])
+        ends = spec.search.at_edges(values) if spec is not None and spec.search is not None else {}
+        if ends:
+            edges[name] = ends
+    return edges
+
+
 def write_results(
     suite: Suite, results: list[dict[str, Any]], tuned: Mapping[str, Mapping[str, Any]], planned: int | None = None
 ) -> list[Path]:
@@ -134,7 +151,7 @@ def write_results(
         seeds = sorted({r["seed"] for r in results})
         stamp["covers"] = f"{len(results)} of {planned} runs (seeds {', '.join(map(str, seeds))} of {suite.seeds})"
     header = [f"# Suite {suite.name}", "", *(f"- {k}: `{v}`" for k, v in stamp.items())]
-    rows = table_rows(results, suite.metric, suite.baseline, tuned)
+    rows = table_rows(results, suite.metric, suite.baseline, tuned, tuned_at_edges(suite, tuned))
     folder = suite.results_folder
     folder.mkdir(parents=True, exist_ok=True)
     md, csv_path = folder / "table.md", folder / "table.csv"
@@ -167,7 +184,7 @@ def compare(
         raise SuiteError(f"suite file '{suite.path}': --seeds: {unknown} not among the suite's seeds {suite.seeds}")
     suite.output.mkdir(parents=True, exist_ok=True)
     tuned_path = suite.output / TUNED_FILE
-    tuned: dict[str, dict[str, Any]] = yaml.safe_load(tuned_path.read_text()) or {} if tuned_path.is_file() else {}
+    tuned = read_tuned(suite)
     order = [(f, m, s) for f in suite.federations for m in suite.methods for s in suite.seeds]
     to_tune = [
         (f, m)
@@ -261,3 +278,7 @@ def main(argv: list[str]) -> None:
     except RuntimeError as err:
         sys.exit(f"fedhet compare: error: {err}")
     print(f"results in {suite.results_folder}: {', '.join(p.name for p in written)}")
+    tuned = read_tuned(suite)
+    for name, ends in tuned_at_edges(suite, tuned).items():
+        for key, end in ends.items():
+            print(f"note: {name}: {key} = {tuned[name][key]:.4g} was chosen at the {end} end of its search range")

@@ -58,7 +58,11 @@ def paired(
 
 
 def table_rows(
-    results: Sequence[Mapping[str, Any]], metric: str, baseline: str, tuned: Mapping[str, Mapping[str, Any]]
+    results: Sequence[Mapping[str, Any]],
+    metric: str,
+    baseline: str,
+    tuned: Mapping[str, Mapping[str, Any]],
+    edges: Mapping[str, Mapping[str, str]] | None = None,
 ) -> list[dict[str, Any]]:
     """One row per (federation, method), in the order the runs came, with every number of the table.
 
@@ -67,6 +71,8 @@ def table_rows(
         metric: the suite's test metric family (``acc``).
         baseline: the baseline method.
         tuned: ``"<federation>/<method>" -> chosen overrides`` of tuned methods.
+        edges: ``"<federation>/<method>" -> {key: "low" | "high"}``: chosen values at an end of their search range
+            (:meth:`~fedhet.experiments.search_space.SearchSpace.at_edges`), marked in the ``tuned`` column.
 
     """
     names = summary_metrics(results, metric)
@@ -82,7 +88,11 @@ def table_rows(
         row["bytes/round"], _ = mean_ci([r["bytes_per_round"] for r in runs])
         comparison = paired(runs, groups.get((federation, baseline), []), f"test/{metric}_mean")
         row.update({f"vs {baseline} {k}": v for k, v in comparison.items()})
-        row["tuned"] = " ".join(f"{k}={v}" for k, v in tuned.get(f"{federation}/{method}", {}).items())
+        ends = (edges or {}).get(f"{federation}/{method}", {})
+        row["tuned"] = " ".join(
+            f"{k}={v}" + (f" ({ends[k]} end of range)" if k in ends else "")
+            for k, v in tuned.get(f"{federation}/{method}", {}).items()
+        )
         rows.append(row)
     return rows
 

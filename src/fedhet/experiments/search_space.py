@@ -147,6 +147,39 @@ class SearchSpace:
             raise ValueError(f"{where}: a search space must be a non-empty mapping of config keys, got {mapping!r}")
         return cls({key: _parse_one(where, key, spec) for key, spec in mapping.items()})
 
+    def at_edges(self, overrides: Mapping[str, Any], margin: float = 0.1) -> dict[str, str]:
+        """The numeric keys of ``overrides`` that lie within ``margin`` of an end of their range.
+
+        A tuned value there suggests that the best value may lie outside the range, which should then be widened.
+        The position is measured on the scale the tuner draws on (log when ``log``), as a fraction of the range; a
+        range of one value and categorical keys are never at an edge.
+
+        Args:
+            overrides: ``key -> value`` as :meth:`suggest` returned them (a tuned study's best trial).
+            margin: the fraction of the range counted as its end, at each side.
+
+        Returns:
+            ``key -> "low"`` or ``"high"`` for each key at an end.
+
+        Example:
+            >>> space = SearchSpace.parse({"lr": {"type": "float", "low": 0.01, "high": 0.5, "log": True}}, "x")
+            >>> space.at_edges({"lr": 0.421}), space.at_edges({"lr": 0.1})
+            ({'lr': 'high'}, {})
+
+        """
+        edges = {}
+        for key, value in overrides.items():
+            dist = self.params.get(key)
+            if not isinstance(dist, FloatRange | IntRange) or dist.high == dist.low:
+                continue
+            scale = math.log if dist.log else float
+            position = (scale(value) - scale(dist.low)) / (scale(dist.high) - scale(dist.low))
+            if position <= margin:
+                edges[key] = "low"
+            elif position >= 1 - margin:
+                edges[key] = "high"
+        return edges
+
     def suggest(self, trial: optuna.Trial) -> dict[str, Any]:
         """Draw one value per key from ``trial`` (its sampler decides): the trial's config overrides.
 
