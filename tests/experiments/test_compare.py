@@ -114,10 +114,13 @@ def test_seeds_runs_part_of_a_suite_and_its_table_says_what_it_covers(tmp_path: 
     main(["compare", "-c", str(path), "--seeds", "1"])
     assert sorted(p.parent.name for p in (out / "runs").rglob("result.json")) == ["seed1", "seed1"]
     assert {row["n"] for row in _table(out).values()} == {"1"}
-    assert "- covers: `2 of 4 runs (seeds 1 of [0, 1])`" in (out / "table.md").read_text()
+    covers = "2 of 4 runs (methods fedavg, fedrep of ['fedavg', 'fedrep']; seeds 1 of [0, 1])"
+    assert f"- covers: `{covers}`" in (out / "table.md").read_text()
     assert "# covers: 2 of 4 runs" in (out / "table.csv").read_text()
     before = _stamps(out)
-    main(["compare", "-c", str(path)])  # the rest of the suite: seed 0 runs, seed 1 is kept
+    main(["compare", "-c", str(path), "--methods", "fedrep"])
+    assert sorted(p.parent.parent.name for p in (out / "runs").rglob("result.json")) == ["fedavg", "fedrep", "fedrep"]
+    main(["compare", "-c", str(path)])  # the rest of the suite: fedavg's seed 0 runs, the others are kept
     after = _stamps(out)
     assert {p: after[p] for p in before} == before
     assert sorted(p.parent.name for p in after) == ["seed0", "seed0", "seed1", "seed1"]
@@ -125,13 +128,22 @@ def test_seeds_runs_part_of_a_suite_and_its_table_says_what_it_covers(tmp_path: 
     assert "covers" not in (out / "table.md").read_text()
 
 
-def test_unknown_seed_is_one_line_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    ("flag", "values", "problem"),
+    [
+        ("--seeds", ["0", "7"], "[7] not among the suite's seeds [0, 1]"),
+        ("--methods", ["fedrep", "flic"], "['flic'] not among the suite's methods ['fedavg', 'fedrep']"),
+    ],
+)
+def test_an_unknown_seed_or_method_is_one_line_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], flag: str, values: list[str], problem: str
+) -> None:
     path = _suite(tmp_path)
     with pytest.raises(SystemExit) as exit_info:
-        main(["compare", "-c", str(path), "--seeds", "0", "7"])
+        main(["compare", "-c", str(path), flag, *values])
     assert exit_info.value.code == 2
     err = capsys.readouterr().err.strip()
-    assert err == f"fedhet compare: error: suite file '{path}': --seeds: [7] not among the suite's seeds [0, 1]"
+    assert err == f"fedhet compare: error: suite file '{path}': {flag}: {problem}"
     assert not (tmp_path / "out").exists()
 
 

@@ -72,3 +72,32 @@ def test_a_failure_names_the_command_and_its_log(
         assert str(error.value).endswith(f"; log: {spec.folder / f'{failing}.log'}")
     assert not (spec.folder / "result.json").exists()
     assert (spec.folder / "test.log").exists() == (failing == "test")
+
+
+@pytest.mark.slow
+def test_a_stopped_run_resumes_from_its_checkpoint_with_the_result_of_an_unstopped_one(tmp_path: Path) -> None:
+    """A fit stopped after round 1 of 3 (its checkpoint holds round 1) goes on in its version folder: same result."""
+    whole = execute(_spec(tmp_path / "whole", overrides={"trainer.rounds": 3}))
+    stopped = _spec(tmp_path / "stopped", overrides={"trainer.rounds": 3})
+    first = _spec(stopped.folder, overrides={"trainer.rounds": 1}, test=False)  # what a kill after round 1 leaves
+    execute(first)
+    assert not (stopped.folder / "result.json").exists()
+    resumed = execute(stopped)
+    assert resumed["resumed_from_round"] == 1
+    assert whole["resumed_from_round"] == 0
+    assert (resumed["fit_version"], resumed["test_version"]) == ("version_0", "version_1")
+    assert resumed["rounds"] == whole["rounds"] == 3
+    assert resumed["test"] == whole["test"]  # bit for bit: the per-client metrics too
+    assert resumed["val"] == whole["val"]
+
+
+@pytest.mark.slow
+def test_an_unreadable_checkpoint_is_set_aside_and_the_run_starts_again(tmp_path: Path) -> None:
+    spec = _spec(tmp_path / "run")
+    execute(_spec(spec.folder, test=False))
+    ckpt = spec.folder / "version_0" / "checkpoints" / "last.ckpt"
+    ckpt.write_bytes(ckpt.read_bytes()[:100])  # truncated, as a full disk might leave it
+    result = execute(spec)
+    assert result["resumed_from_round"] == 0
+    assert (result["fit_version"], result["test_version"]) == ("version_1", "version_2")
+    assert (ckpt.parent / "last.ckpt.unreadable").is_file()

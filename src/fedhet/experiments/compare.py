@@ -2,12 +2,13 @@
 
 Runs go ``workers`` at a time, each a ``fedhet fit`` and a ``fedhet test`` in one subprocess
 (:func:`~fedhet.experiments.runs.execute`); a run with a ``result.json`` is skipped, so a suite stopped half-way goes
-on where it stopped. ``--seeds`` runs some of the suite's seeds only (a long suite in parts); a table written before
-every run has finished says which runs it covers. A method with a search space is first tuned per federation on the
-tuning seeds (:func:`~fedhet.experiments.tuning.tune`, validation only, pruned through the study's storage), and its
-final runs use the chosen values (``tuned.yaml``). The results folder (the suite's ``results``, default ``output``) gets
-``table.md``, ``table.csv`` (:mod:`~fedhet.experiments.results`), the figures (:mod:`~fedhet.experiments.plots`) and a
-copy of ``tuned.yaml``, each naming the suite file, the git commit and the sha256 of the runs' resolved configs.
+on where it stopped, a stopped run from its last checkpoint. ``--seeds`` and ``--methods`` run part of a suite (a
+long suite in parts); a table written before every run has finished says which runs it covers. A method with a
+search space is first tuned per federation on the tuning seeds (:func:`~fedhet.experiments.tuning.tune`, validation
+only, pruned through the study's storage), and its final runs use the chosen values (``tuned.yaml``). The results
+folder (the suite's ``results``, default ``output``) gets ``table.md``, ``table.csv``
+(:mod:`~fedhet.experiments.results`), the figures (:mod:`~fedhet.experiments.plots`) and a copy of ``tuned.yaml``,
+each naming the suite file, the git commit and the sha256 of the runs' resolved configs.
 """
 
 from __future__ import annotations
@@ -149,7 +150,11 @@ def write_results(
     stamp = provenance(suite, results)
     if planned is not None and len(results) < planned:
         seeds = sorted({r["seed"] for r in results})
-        stamp["covers"] = f"{len(results)} of {planned} runs (seeds {', '.join(map(str, seeds))} of {suite.seeds})"
+        methods = list(dict.fromkeys(r["method"] for r in results))
+        stamp["covers"] = (
+            f"{len(results)} of {planned} runs (methods {', '.join(methods)} of {list(suite.methods)};"
+            f" seeds {', '.join(map(str, seeds))} of {suite.seeds})"
+        )
     header = [f"# Suite {suite.name}", "", *(f"- {k}: `{v}`" for k, v in stamp.items())]
     rows = table_rows(results, suite.metric, suite.baseline, tuned, tuned_at_edges(suite, tuned))
     folder = suite.results_folder
@@ -165,7 +170,10 @@ def write_results(
 
 
 def compare(
-    suite: Suite, progress: Callable[[str], None] | None = None, seeds: Sequence[int] | None = None
+    suite: Suite,
+    progress: Callable[[str], None] | None = None,
+    seeds: Sequence[int] | None = None,
+    methods: Sequence[str] | None = None,
 ) -> list[Path]:
     """Run a suite (see the module docstring) and return the results files written.
 
@@ -173,15 +181,18 @@ def compare(
         suite: a checked suite (:func:`~fedhet.experiments.suite.load_suite`).
         progress: called with a line when a tuning or a run finishes (``None``: a ``rich`` progress bar).
         seeds: run only these of the suite's seeds (``None``: all); the table covers every finished run.
+        methods: run (and tune) only these of the suite's methods (``None``: all).
 
     Raises:
         RuntimeError: when a run fails (its log is named); runs finished before it keep their ``result.json``.
-        SuiteError: when ``seeds`` names a seed the suite does not have.
+        SuiteError: when ``seeds`` or ``methods`` names one the suite does not have.
 
     """
-    unknown = sorted(set(seeds or ()) - set(suite.seeds))
-    if unknown:
-        raise SuiteError(f"suite file '{suite.path}': --seeds: {unknown} not among the suite's seeds {suite.seeds}")
+    for flag, chosen, known in (("--seeds", seeds, suite.seeds), ("--methods", methods, list(suite.methods))):
+        unknown = [x for x in chosen or () if x not in known]
+        if unknown:
+            raise SuiteError(f"suite file '{suite.path}': {flag}: {unknown} not among the suite's {flag[2:]} {known}")
+    chosen_methods = set(suite.methods if methods is None else methods)
     suite.output.mkdir(parents=True, exist_ok=True)
     tuned_path = suite.output / TUNED_FILE
     tuned = read_tuned(suite)
@@ -190,7 +201,7 @@ def compare(
         (f, m)
         for f in suite.federations
         for m, spec in suite.methods.items()
-        if spec.search and f"{f}/{m}" not in tuned
+        if spec.search and f"{f}/{m}" not in tuned and m in chosen_methods
     ]
     from rich.progress import Progress
 
@@ -198,7 +209,9 @@ def compare(
     pending = [
         (f, m, s)
         for f, m, s in order
-        if (seeds is None or s in seeds) and load_result(run_spec(suite, f, m, s, {}).folder) is None
+        if (seeds is None or s in seeds)
+        and m in chosen_methods
+        and load_result(run_spec(suite, f, m, s, {}).folder) is None
     ]
     task = bar.add_task(f"suite {suite.name}", total=len(pending) + len(to_tune))
 
@@ -268,10 +281,11 @@ def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(prog="fedhet compare", description=__doc__.split("\n")[0])
     parser.add_argument("-c", "--config", required=True, help="the suite file (YAML)")
     parser.add_argument("--seeds", type=int, nargs="+", help="run only these of the suite's seeds (default: all)")
+    parser.add_argument("--methods", nargs="+", help="run only these of the suite's methods (default: all)")
     args = parser.parse_args(argv)
     try:
         suite = load_suite(args.config)
-        written = compare(suite, seeds=args.seeds)
+        written = compare(suite, seeds=args.seeds, methods=args.methods)
     except SuiteError as err:
         sys.stderr.write(f"fedhet compare: error: {err}\n")
         sys.exit(2)

@@ -84,7 +84,8 @@ def table_rows(
         row: dict[str, Any] = {"federation": federation, "method": method, "n": len(runs)}
         for name in names:
             row[name], row[f"{name} ci95"] = mean_ci([r["test"][name] for r in runs if name in r["test"]])
-        row["cpu_s/round"], _ = mean_ci([r["cpu_s"] / max(r["rounds"], 1) for r in runs])
+        trained = [r["rounds"] - r.get("resumed_from_round", 0) for r in runs]  # by the process cpu_s measured
+        row["cpu_s/round"], _ = mean_ci([r["cpu_s"] / max(n, 1) for r, n in zip(runs, trained, strict=True)])
         row["bytes/round"], _ = mean_ci([r["bytes_per_round"] for r in runs])
         comparison = paired(runs, groups.get((federation, baseline), []), f"test/{metric}_mean")
         row.update({f"vs {baseline} {k}": v for k, v in comparison.items()})

@@ -3,7 +3,10 @@
 A run is one (federation, method, seed). Its folder ``<output>/runs/<federation>/<method>/seed<s>`` is the trainer's
 ``default_root_dir``: the fit writes ``version_N`` (``config.yaml``, ``metrics.csv``, ``checkpoints/last.ckpt``) and
 the test, given ``--ckpt_path last``, the next version with the test metrics. ``result.json`` is written (atomically)
-only when both finished, so a suite run again skips the runs that have one. Both commands run in one interpreter
+only when both finished, so a suite run again skips the runs that have one. A run that was stopped (its fit saves
+``last.ckpt`` every round) resumes from its latest checkpoint in the same version folder, as ``fedhet fit
+--ckpt_path`` resumes (the same result as a run never stopped); a checkpoint that cannot be read is set aside and the
+run starts again in a new version folder. Both commands run in one interpreter
 (:mod:`~fedhet.experiments.fit_test`), which pays the start-up of Python, torch and Lightning once per run, each with
 its own log (``fit.log``, ``test.log``).
 
@@ -17,16 +20,18 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
+import logging
 import os
 import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 RESULT_FILE = "result.json"
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -197,6 +202,27 @@ def load_result(folder: Path) -> dict[str, Any] | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
+def resume_point(folder: Path) -> tuple[Path, int] | None:
+    """The latest ``last.ckpt`` of a stopped run in ``folder`` and the rounds it holds (``None``: start afresh).
+
+    A checkpoint that cannot be read (:func:`~fedhet.plugins.checkpoint.load_checkpoint` refuses it) is renamed
+    ``last.ckpt.unreadable`` with a warning, so that neither this run nor a later one resumes from it.
+    """
+    from fedhet.plugins.checkpoint import load_checkpoint
+    from fedhet.plugins.run_folder import latest_checkpoint
+
+    path = latest_checkpoint(folder)
+    if path is None:
+        return None
+    try:
+        done = int(load_checkpoint(path)["round"])
+    except (ValueError, KeyError, TypeError) as err:
+        log.warning("run folder '%s': not resuming from %s (%s); the run starts again", folder, path, err)
+        path.rename(path.with_name(path.name + ".unreadable"))
+        return resume_point(folder)
+    return path, done
+
+
 def execute(spec: RunSpec) -> dict[str, Any]:
     """Run ``spec`` (fit, then test unless ``spec.test`` is false, in one process), write ``result.json``, return it.
 
@@ -207,8 +233,14 @@ def execute(spec: RunSpec) -> dict[str, Any]:
     spec.folder.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     before = _versions(spec.folder)
+    resume = resume_point(spec.folder) if spec.test else None  # a tuning trial is never resumed: pruning reads rounds
+    if resume is not None:
+        spec = replace(spec, extra_fit_args=(*spec.extra_fit_args, "--ckpt_path", str(resume[0])))
     cpu = _run(spec)
-    fit_dir, *tested = _new_versions(spec.folder, before, 2 if spec.test else 1)
+    if resume is None:
+        fit_dir, *tested = _new_versions(spec.folder, before, 2 if spec.test else 1)
+    else:  # the resumed fit writes on in its checkpoint's version folder
+        fit_dir, tested = resume[0].parent.parent, _new_versions(spec.folder, before, 1)
     test_dir = tested[0] if tested else None
     for version in (fit_dir, *tested):
         if not (version / "metrics.csv").is_file():
@@ -227,6 +259,7 @@ def execute(spec: RunSpec) -> dict[str, Any]:
         "config_sha256": sha256_file(fit_dir / "config.yaml"),
         "cpu_s": cpu,
         "wall_s": time.perf_counter() - start,
+        "resumed_from_round": 0 if resume is None else resume[1],
         **dict(spec.tags),
         **summarise(read_metrics(fit_dir / "metrics.csv"), test_rows),
     }
