@@ -47,6 +47,17 @@ def test_a_missing_data_file_is_one_line_that_says_how_to_get_it(tmp_path):
     assert "archive.ics.uci.edu" in code
 
 
+def test_a_diverged_fit_is_one_line_and_exit_status_3(tmp_path, capsys):
+    """Every client's upload non-finite (a step size far too large): status 3, which a suite's tuner scores."""
+    args = ["fit", "-c", str(CONFIGS / "fedavg" / "digits.yaml"), "--trainer.rounds", "1"]
+    code = run([*args, "--model.init_args.lr", "1e30", "--trainer.default_root_dir", str(tmp_path)])
+    assert code == 3
+    line, hint = capsys.readouterr().err.strip().splitlines()[-2:]
+    assert line.startswith("fedhet: error: round 0: 10 of 10 clients failed, more than max_client_failures=0.5")
+    assert "non-finite upload" in line
+    assert hint == "(--debug or FEDHET_DEBUG=1 shows the traceback)"
+
+
 def test_debug_from_the_environment(tmp_path, monkeypatch):
     monkeypatch.setenv("FEDHET_DEBUG", "1")
     args = ["test", "-c", str(CONFIGS / "fedavg" / "digits.yaml"), "--trainer.default_root_dir", str(tmp_path)]

@@ -243,8 +243,10 @@ def main(args: list[str] | None = None) -> None:
     A usage error (an unknown option, a wrong type, a value a class refuses) ends the command with one line on
     standard error, the sentence that matters first, and exit status 2 (:class:`FederatedArgumentParser`); a data or
     setup error (a missing data file, nothing trained yet for ``test``, a checkpoint that does not match) with one
-    line and exit status 1. ``--debug`` (anywhere on the command line) or ``FEDHET_DEBUG=1`` shows jsonargparse's
-    whole report and the traceback instead.
+    line and exit status 1; a run stopped because too many clients' uploads went non-finite (training diverged)
+    with exit status 3 (:data:`~fedhet.plugins.policies.DIVERGED_EXIT_STATUS`), which a suite's tuner scores as a
+    bad trial. ``--debug`` (anywhere on the command line) or ``FEDHET_DEBUG=1`` shows jsonargparse's whole report and
+    the traceback instead.
     """
     argv = list(sys.argv[1:] if args is None else args)
     if argv[:1] == ["compare"]:  # suites of fits in subprocesses, not a LightningCLI subcommand
@@ -267,8 +269,14 @@ def main(args: list[str] | None = None) -> None:
     except Exception as err:
         if debug:
             raise
+        from fedhet.plugins.policies import DIVERGED_EXIT_STATUS, ClientFailuresError
+
         message = str(err).strip() or type(err).__name__
-        sys.exit(f"fedhet: error: {message}\n(--debug or FEDHET_DEBUG=1 shows the traceback)")
+        line = f"fedhet: error: {message}\n(--debug or FEDHET_DEBUG=1 shows the traceback)"
+        if isinstance(err, ClientFailuresError) and err.diverged:
+            sys.stderr.write(line + "\n")
+            sys.exit(DIVERGED_EXIT_STATUS)
+        sys.exit(line)
 
 
 if __name__ == "__main__":

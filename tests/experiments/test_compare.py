@@ -7,11 +7,13 @@ import math
 import statistics
 from pathlib import Path
 
+import optuna
 import pytest
 import yaml
 from scipy import stats
 
 from fedhet.cli import main
+from fedhet.core.trials import open_storage
 from fedhet.experiments.compare import tuned_at_edges
 from fedhet.experiments.results import paired, table_rows
 from fedhet.experiments.suite import load_suite
@@ -200,3 +202,26 @@ def test_a_tuned_value_at_the_end_of_its_range_is_marked_in_the_table(tmp_path: 
     results[0].update(rounds=1, bytes_per_round=0.0)
     (row,) = table_rows(results, "acc", "fedavg", tuned, tuned_at_edges(suite, tuned))
     assert row["tuned"] == f"{key}=0.28 (high end of range)"
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_a_diverging_trial_scores_worst_and_the_suite_goes_on(tmp_path: Path) -> None:
+    """FedRep's learning rate drawn from {0.1, 1e30}: the 1e30 trials' fits diverge (exit 3), the suite runs on."""
+    path = _suite(tmp_path, seeds=[0], tuning={"trials": 3, "seeds": [100], "metric": "val/acc_mean"})
+    spec = yaml.safe_load(path.read_text())
+    spec["methods"]["fedrep"]["search"] = {"model.init_args.lr": {"type": "categorical", "choices": [0.1, 1.0e30]}}
+    path.write_text(yaml.safe_dump(spec))
+    main(["compare", "-c", str(path)])
+    out = tmp_path / "out"
+    assert yaml.safe_load((out / "tuned.yaml").read_text())["digits/fedrep"] == {"model.init_args.lr": 0.1}
+    logs = [p.read_text() for p in (out / "tuning" / "digits" / "fedrep").glob("trial*/seed100/fit.log")]
+    assert len(logs) == 3
+    assert any("clients failed" in log and "non-finite upload" in log for log in logs)  # 1e30 was drawn
+    study = optuna.load_study(study_name="smoke/digits/fedrep", storage=open_storage(str(out / "tuning.log")))
+    values = {t.number: (t.params["model.init_args.lr"], t.value, t.state.name) for t in study.trials}
+    assert {lr for lr, _, _ in values.values()} == {0.1, 1.0e30}
+    for lr, value, state in values.values():
+        assert state == "COMPLETE"
+        assert (value == -math.inf) == (lr == 1.0e30)
+    assert _table(out)[("digits", "fedrep")]["n"] == "1"

@@ -12,6 +12,7 @@ from fedhet.functional import weighted_mean
 from fedhet.modules import FedRep
 from fedhet.plugins import FederatedTrainer
 from fedhet.plugins.options import Checkpointing, Faults, Processes, Reporting
+from fedhet.plugins.policies import ClientFailuresError
 from tests.conftest import make_client
 from tests.trainer_options import trainer_options
 
@@ -171,10 +172,11 @@ def test_a_faulty_client_is_left_out_named_and_counted(tmp_path, caplog, fault):
 @pytest.mark.parametrize("fault", list(FAULTS), ids=list(FAULTS))
 def test_past_the_failure_budget_the_run_stops_naming_the_client(tmp_path, fault):
     kind, loader_fault, text, _ = FAULTS[fault]
-    with pytest.raises(RuntimeError, match=rf"round {FAULT_ROUND}: 1 of 4 clients failed.*'b': ") as err:
+    with pytest.raises(ClientFailuresError, match=rf"round {FAULT_ROUND}: 1 of 4 clients failed.*'b': ") as err:
         run(tmp_path, kind, loader_fault, max_client_failures=0.2)
     assert text in str(err.value)
     assert "max_client_failures=0.2" in str(err.value)
+    assert err.value.diverged == (fault in ("nan-loss", "inf-upload"))  # only non-finite uploads: training diverged
 
 
 def test_without_a_time_budget_a_slow_client_is_waited_for(tmp_path):
@@ -224,3 +226,11 @@ def test_a_client_whose_evaluation_fails_is_left_out_of_that_evaluation_only(tmp
     assert "val/acc/b" in trainer.history[2]
     assert [m["clients/failed"] for m in trainer.history] == [0.0] * ROUNDS  # training was not affected
     assert "round 1: client 'b' left out of the val evaluation: OSError: validation shard unreadable" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("kinds", "diverged"),
+    [(["non_finite", "non_finite"], True), (["non_finite", "error"], False), (["straggler"], False), ([], False)],
+)
+def test_a_stop_is_divergence_only_when_every_failure_is_non_finite(kinds, diverged):
+    assert ClientFailuresError("round 0: ...", kinds).diverged is diverged

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import math
 import shutil
 import subprocess
 import sys
@@ -25,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from fedhet.experiments.runs import RunSpec, execute, load_result
+from fedhet.experiments.runs import RunDivergedError, RunSpec, execute, load_result
 from fedhet.experiments.suite import Suite, SuiteError, load_suite
 
 TUNED_FILE = "tuned.yaml"
@@ -47,7 +48,11 @@ def run_spec(suite: Suite, federation: str, method: str, seed: int, overrides: M
 
 
 def tune_method(suite: Suite, federation: str, method: str) -> dict[str, Any]:
-    """Tune ``method`` on ``federation`` over the tuning seeds (trials in sequence); return the chosen overrides."""
+    """Tune ``method`` on ``federation`` over the tuning seeds (trials in sequence); return the chosen overrides.
+
+    A trial whose fit diverges (:class:`~fedhet.experiments.runs.RunDivergedError`) scores the worst value; any other
+    failure stops the suite.
+    """
     from fedhet.experiments.tuning import TrialHandle, objective_value, tune
 
     tuning, spec = suite.tuning, suite.methods[method]
@@ -66,7 +71,10 @@ def tune_method(suite: Suite, federation: str, method: str) -> dict[str, Any]:
                     "test": False,
                 }
             )
-            values.append(objective_value(execute(trial)["val"], tuning.metric))
+            try:
+                values.append(objective_value(execute(trial)["val"], tuning.metric))
+            except RunDivergedError:  # a bad trial (e.g. a step size too large), not a broken suite
+                return math.nan  # recorded as the worst value
         return sum(values) / len(values)
 
     if "://" not in tuning.storage:

@@ -34,6 +34,10 @@ RESULT_FILE = "result.json"
 log = logging.getLogger(__name__)
 
 
+class RunDivergedError(RuntimeError):
+    """A run's fit stopped because too many clients' uploads went non-finite (``fedhet fit`` exit status 3)."""
+
+
 @dataclass(frozen=True)
 class RunSpec:
     """What one subprocess run needs (picklable).
@@ -112,6 +116,7 @@ def _run(spec: RunSpec) -> float:
     The CPU seconds are user + system time of the process and its own children.
 
     Raises:
+        RunDivergedError: when the fit diverged (exit status 3), with the message below.
         RuntimeError: naming the command that failed (``fedhet fit`` or ``fedhet test``), the run folder and the log.
 
     """
@@ -127,9 +132,14 @@ def _run(spec: RunSpec) -> float:
         _, status, usage = os.wait4(proc.pid, 0)
         proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode != 0:
+        from fedhet.plugins.policies import DIVERGED_EXIT_STATUS
+
         subcommand, log = ("test", test_log) if test_log.is_file() else ("fit", fit_log)
         tail = log.read_text().strip().splitlines()[-3:]
-        raise RuntimeError(f"fedhet {subcommand} failed in '{spec.folder}' ({' | '.join(tail)}); log: {log}")
+        message = f"fedhet {subcommand} failed in '{spec.folder}' ({' | '.join(tail)}); log: {log}"
+        if subcommand == "fit" and proc.returncode == DIVERGED_EXIT_STATUS:
+            raise RunDivergedError(message)
+        raise RuntimeError(message)
     return float(usage.ru_utime + usage.ru_stime)
 
 

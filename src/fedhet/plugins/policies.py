@@ -101,6 +101,29 @@ class TimeBudget:
         )
 
 
+DIVERGED_EXIT_STATUS = 3
+"""``fedhet fit``'s exit status when a round stopped the run with every failed client's upload non-finite."""
+
+
+class ClientFailuresError(RuntimeError):
+    """A round stopped the run: more of its clients failed than ``faults.max_client_failures`` allows.
+
+    Args:
+        message: the sentence naming the round, every failed client and its reason.
+        kinds: each failed client's :class:`~fedhet.core.ClientFailure` kind.
+
+    """
+
+    def __init__(self, message: str, kinds: Sequence[str]) -> None:
+        super().__init__(message)
+        self.kinds = tuple(kinds)
+
+    @property
+    def diverged(self) -> bool:
+        """Whether every failure was a non-finite loss or upload: training diverged (a step size too large...)."""
+        return bool(self.kinds) and all(kind == "non_finite" for kind in self.kinds)
+
+
 class FailureBudget:
     """Names each failed client in the log and stops the run when too many of a round's clients failed.
 
@@ -118,7 +141,7 @@ class FailureBudget:
         """Log every failure; raise when none was admitted or more than ``max_fraction`` failed.
 
         Raises:
-            RuntimeError: naming every failed client and its reason.
+            ClientFailuresError: naming every failed client and its reason.
 
         """
         for failure in failures:
@@ -127,9 +150,10 @@ class FailureBudget:
             )
         if failures and (not updates or len(failures) > self.max_fraction * len(sampled)):
             details = "; ".join(f"'{f.client_id}': {f.reason}" for f in failures)
-            raise RuntimeError(
+            raise ClientFailuresError(
                 f"round {round_idx}: {len(failures)} of {len(sampled)} clients failed, more than"
-                f" max_client_failures={self.max_fraction} allows: {details}"
+                f" max_client_failures={self.max_fraction} allows: {details}",
+                [f.kind for f in failures],
             )
 
 
