@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 RESULT_FILE = "result.json"
-log = logging.getLogger(__name__)
+_log = logging.getLogger(__name__)
 
 
 class RunDivergedError(RuntimeError):
@@ -227,7 +227,7 @@ def resume_point(folder: Path) -> tuple[Path, int] | None:
     try:
         done = int(load_checkpoint(path)["round"])
     except (ValueError, KeyError, TypeError) as err:
-        log.warning("run folder '%s': not resuming from %s (%s); the run starts again", folder, path, err)
+        _log.warning("run folder '%s': not resuming from %s (%s); the run starts again", folder, path, err)
         path.rename(path.with_name(path.name + ".unreadable"))
         return resume_point(folder)
     return path, done
