@@ -124,9 +124,13 @@ def main() -> None:
         "",
         "Server step (all QPs of a round; K = 10, d = 128, synthetic 5-group statistics), wall seconds:",
     ]
+    config = (
+        f"none: `_fedpac_recipes.py`'s `{args.scale}` recipe and synthetic QP statistics (above); no fedhet config or"
+        " suite"
+    )
     columns = {"clients": "clients", "seconds": "seconds", "ms_per_qp": "ms per QP"}
     print(write_table(f"fedpac_qp_{tag}", f"FedPAC's QP weights and server step ({args.scale} scale)", rows, columns,
-                      notes, environment(seed=args.seed)))  # fmt: skip
+                      notes, environment(seed=args.seed, config=config)))  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -65,7 +65,7 @@ def main() -> None:
             "C = 20 classes, k = 64, synthetic uploads (anchor means ~ N(0, 10^2 I)); fixed covariances: best of 3,"
             " learned covariances (Bures fixed point): one run; one torch thread."
         ],
-        environment(),
+        environment(config="none: synthetic uploads built by the script (above); no fedhet config or suite"),
     )
 
 

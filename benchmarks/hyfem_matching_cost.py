@@ -70,7 +70,7 @@ def main() -> None:
             "`model_matching` with 2M passes, exact cost, 4 blocks of 32 features (each client holds 3), 10"
             " classes, random classifiers; median of 3, one torch thread."
         ],
-        environment(),
+        environment(config="none: random classifiers built by the script (above); no fedhet config or suite"),
     )
 
 
