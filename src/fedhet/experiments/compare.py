@@ -27,7 +27,7 @@ from typing import Any
 import yaml
 
 from fedhet.experiments.runs import RunDivergedError, RunSpec, execute, load_result
-from fedhet.experiments.suite import Suite, SuiteError, load_suite
+from fedhet.experiments.suite import Suite, SuiteError, field_error, load_suite
 
 TUNED_FILE = "tuned.yaml"
 
@@ -199,7 +199,7 @@ def compare(
     for flag, chosen, known in (("--seeds", seeds, suite.seeds), ("--methods", methods, list(suite.methods))):
         unknown = [x for x in chosen or () if x not in known]
         if unknown:
-            raise SuiteError(f"suite file '{suite.path}': {flag}: {unknown} not among the suite's {flag[2:]} {known}")
+            raise field_error(suite.path, flag, f"{unknown} not among the suite's {flag[2:]} {known}")
     chosen_methods = set(suite.methods if methods is None else methods)
     suite.output.mkdir(parents=True, exist_ok=True)
     tuned_path = suite.output / TUNED_FILE

@@ -101,25 +101,26 @@ class Suite:
         return self.output if self.results is None else self.results
 
 
-def _fail(path: Path, where: str, problem: str) -> SuiteError:
+def field_error(path: Path, where: str, problem: str) -> SuiteError:
+    """The one-line error of field ``where`` of the suite file ``path``."""
     return SuiteError(f"suite file '{path}': {where}: {problem}")
 
 
 def _mapping(path: Path, where: str, value: Any, allowed: set[str] | None = None) -> Mapping[str, Any]:
     if not isinstance(value, Mapping) or not value:
-        raise _fail(path, where, f"expected a non-empty mapping, got {value!r}")
+        raise field_error(path, where, f"expected a non-empty mapping, got {value!r}")
     unknown = sorted(str(key) for key in value if allowed is not None and key not in allowed)
     if unknown:
-        raise _fail(path, where, f"unknown key {unknown[0]!r} (known: {', '.join(sorted(allowed or ()))})")
+        raise field_error(path, where, f"unknown key {unknown[0]!r} (known: {', '.join(sorted(allowed or ()))})")
     return value
 
 
 def _file(path: Path, where: str, value: Any) -> Path:
     if not isinstance(value, str) or not value:
-        raise _fail(path, where, f"expected a file path, got {value!r}")
+        raise field_error(path, where, f"expected a file path, got {value!r}")
     resolved = (path.parent / value).resolve()
     if not resolved.is_file():
-        raise _fail(path, where, f"no file '{value}' (read from {path.parent})")
+        raise field_error(path, where, f"no file '{value}' (read from {path.parent})")
     return resolved
 
 
@@ -130,13 +131,13 @@ def _seeds(path: Path, where: str, value: Any) -> list[int]:
         or any(isinstance(s, bool) or not isinstance(s, int) for s in value)
         or len(set(value)) != len(value)
     ):
-        raise _fail(path, where, f"expected a non-empty list of distinct integers, got {value!r}")
+        raise field_error(path, where, f"expected a non-empty list of distinct integers, got {value!r}")
     return list(value)
 
 
 def _positive(path: Path, where: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise _fail(path, where, f"expected a positive integer, got {value!r}")
+        raise field_error(path, where, f"expected a positive integer, got {value!r}")
     return value
 
 
@@ -144,10 +145,10 @@ def _method(path: Path, name: str, value: Any) -> MethodSpec:
     where = f"methods.{name}"
     spec = _mapping(path, where, value, _METHOD)
     if "config" not in spec:
-        raise _fail(path, where, "missing 'config' (the method's fedhet fit config)")
+        raise field_error(path, where, "missing 'config' (the method's fedhet fit config)")
     overrides = spec.get("overrides") or {}
     if not isinstance(overrides, Mapping):
-        raise _fail(path, f"{where}.overrides", f"expected a mapping of dotted config keys, got {overrides!r}")
+        raise field_error(path, f"{where}.overrides", f"expected a mapping of dotted config keys, got {overrides!r}")
     search = None
     if spec.get("search") is not None:
         try:
@@ -162,13 +163,13 @@ def _tuning(path: Path, value: Any, seeds: list[int], output: Path) -> TuningSpe
     tuning_seeds = _seeds(path, "tuning.seeds", spec.get("seeds", [max(seeds) + 1]))
     shared = sorted(set(tuning_seeds) & set(seeds))
     if shared:
-        raise _fail(path, "tuning.seeds", f"seed {shared[0]} is also a final seed; tune on other seeds")
+        raise field_error(path, "tuning.seeds", f"seed {shared[0]} is also a final seed; tune on other seeds")
     metric = spec.get("metric", "val/acc_mean")
     if not isinstance(metric, str) or not metric.startswith("val"):
-        raise _fail(path, "tuning.metric", f"expected a validation metric (val/...), got {metric!r}")
+        raise field_error(path, "tuning.metric", f"expected a validation metric (val/...), got {metric!r}")
     storage = spec.get("storage", "tuning.log")
     if not isinstance(storage, str) or not storage:
-        raise _fail(path, "tuning.storage", f"expected a journal file or a database URL, got {storage!r}")
+        raise field_error(path, "tuning.storage", f"expected a journal file or a database URL, got {storage!r}")
     if "://" not in storage:
         storage = str(output / storage)
     return TuningSpec(_positive(path, "tuning.trials", spec.get("trials", 10)), tuning_seeds, storage, metric)
@@ -192,10 +193,10 @@ def load_suite(path: str | Path) -> Suite:
     top = _mapping(path, "the file", raw, _TOP)
     for key in ("name", "methods", "seeds", "baseline"):
         if key not in top:
-            raise _fail(path, key, "missing")
+            raise field_error(path, key, "missing")
     name = top["name"]
     if not isinstance(name, str) or not name or "/" in name:
-        raise _fail(path, "name", f"expected a name without '/', got {name!r}")
+        raise field_error(path, "name", f"expected a name without '/', got {name!r}")
     federations_raw = top.get("federations") or {"default": None}
     federations = {
         str(fed): None if cfg is None else _file(path, f"federations.{fed}", cfg)
@@ -205,10 +206,10 @@ def load_suite(path: str | Path) -> Suite:
     seeds = _seeds(path, "seeds", top["seeds"])
     baseline = top["baseline"]
     if baseline not in methods:
-        raise _fail(path, "baseline", f"{baseline!r} is not one of the methods ({', '.join(methods)})")
+        raise field_error(path, "baseline", f"{baseline!r} is not one of the methods ({', '.join(methods)})")
     metric = top.get("metric", "acc")
     if not isinstance(metric, str) or not metric or "/" in metric:
-        raise _fail(path, "metric", f"expected a test metric family such as 'acc', got {metric!r}")
+        raise field_error(path, "metric", f"expected a test metric family such as 'acc', got {metric!r}")
     output = Path(str(top.get("output", f"fedhet_runs/suites/{name}")))
     tuning = None if top.get("tuning") is None else _tuning(path, top["tuning"], seeds, output.resolve())
     if tuning is None and any(m.search is not None for m in methods.values()):
@@ -216,7 +217,7 @@ def load_suite(path: str | Path) -> Suite:
     workers = _positive(path, "workers", top.get("workers", os.cpu_count() or 1))
     results = top.get("results")
     if results is not None and (not isinstance(results, str) or not results):
-        raise _fail(path, "results", f"expected a folder path, got {results!r}")
+        raise field_error(path, "results", f"expected a folder path, got {results!r}")
     return Suite(
         path,
         name,
