@@ -14,7 +14,7 @@ from scipy import stats
 
 from fedhet.cli import main
 from fedhet.core.trials import open_storage
-from fedhet.experiments.compare import tuned_at_edges
+from fedhet.experiments.compare import method_sha256, tuned_at_edges
 from fedhet.experiments.results import paired, table_rows
 from fedhet.experiments.suite import load_suite
 
@@ -81,7 +81,8 @@ def test_smoke_suite_table_resume_and_tuning(tmp_path: Path) -> None:
     assert float(row["vs fedavg p"]) == pytest.approx(2 * stats.t.sf(abs(t), 1))
     # tuning: 3 trials on seed 100 only, the chosen rate in tuned.yaml, the table and the final runs' configs
     tuned = yaml.safe_load((out / "tuned.yaml").read_text())["digits/fedrep"]["model.init_args.lr"]
-    assert sorted(p.name for p in (out / "tuning" / "digits" / "fedrep").iterdir()) == ["trial0", "trial1", "trial2"]
+    trials = out / "tuning" / "digits" / "fedrep" / method_sha256(load_suite(path), "digits", "fedrep")[:12]
+    assert sorted(p.name for p in trials.iterdir()) == ["trial0", "trial1", "trial2"]
     assert f"model.init_args.lr={tuned}" in row["tuned"]
     final = yaml.safe_load(
         next((out / "runs" / "digits" / "fedrep" / "seed0").glob("version_0/config.yaml")).read_text()
@@ -103,6 +104,22 @@ def test_smoke_suite_table_resume_and_tuning(tmp_path: Path) -> None:
     assert rerun == [out / "runs" / "digits" / "fedavg" / "seed1" / "result.json"]
     new = {p for p in (out / "runs").rglob("version_*")} - versions
     assert {p.parent for p in new} == {out / "runs" / "digits" / "fedavg" / "seed1"}
+
+    # fedrep's search widened: tuned again in a new study, its runs run again (the old ones moved aside), fedavg kept
+    spec = yaml.safe_load(path.read_text())
+    spec["methods"]["fedrep"]["search"]["model.init_args.lr"]["high"] = 0.5
+    path.write_text(yaml.safe_dump(spec))
+    before = _stamps(out)
+    main(["compare", "-c", str(path)])
+    after = _stamps(out)
+    fedrep = out / "runs" / "digits" / "fedrep"
+    assert {p for p in before if after.get(p) != before[p]} == {fedrep / f"seed{s}" / "result.json" for s in (0, 1)}
+    assert {p for p in after if p not in before} == {fedrep / f"seed{s}.stale1" / "result.json" for s in (0, 1)}
+    assert len(list(trials.parent.iterdir())) == 2  # two studies, one per search space
+    retuned = yaml.safe_load((out / "tuned.yaml").read_text())["digits/fedrep"]["model.init_args.lr"]
+    final = yaml.safe_load(next((fedrep / "seed0").glob("version_0/config.yaml")).read_text())
+    assert final["model"]["init_args"]["lr"] == pytest.approx(retuned)
+    assert _table(res)[("digits", "fedrep")]["n"] == "2"
 
 
 @pytest.mark.slow
@@ -215,10 +232,11 @@ def test_a_diverging_trial_scores_worst_and_the_suite_goes_on(tmp_path: Path) ->
     main(["compare", "-c", str(path)])
     out = tmp_path / "out"
     assert yaml.safe_load((out / "tuned.yaml").read_text())["digits/fedrep"] == {"model.init_args.lr": 0.1}
-    logs = [p.read_text() for p in (out / "tuning" / "digits" / "fedrep").glob("trial*/seed100/fit.log")]
+    logs = [p.read_text() for p in (out / "tuning" / "digits" / "fedrep").glob("*/trial*/seed100/fit.log")]
     assert len(logs) == 3
     assert any("clients failed" in log and "non-finite upload" in log for log in logs)  # 1e30 was drawn
-    study = optuna.load_study(study_name="smoke/digits/fedrep", storage=open_storage(str(out / "tuning.log")))
+    name = f"smoke/digits/fedrep/{method_sha256(load_suite(path), 'digits', 'fedrep')[:12]}"
+    study = optuna.load_study(study_name=name, storage=open_storage(str(out / "tuning.log")))
     values = {t.number: (t.params["model.init_args.lr"], t.value, t.state.name) for t in study.trials}
     assert {lr for lr, _, _ in values.values()} == {0.1, 1.0e30}
     for lr, value, state in values.values():

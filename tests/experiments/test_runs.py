@@ -10,7 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from fedhet.experiments.runs import RunSpec, command, execute, run_command
+from fedhet.experiments.runs import (
+    INPUTS_FILE,
+    RunSpec,
+    command,
+    current_result,
+    execute,
+    inputs_sha256,
+    is_current,
+    run_command,
+)
 
 FEDAVG = Path(__file__).resolve().parents[2] / "configs" / "fedavg" / "digits.yaml"
 
@@ -79,8 +88,9 @@ def test_a_stopped_run_resumes_from_its_checkpoint_with_the_result_of_an_unstopp
     """A fit stopped after round 1 of 3 (its checkpoint holds round 1) goes on in its version folder: same result."""
     whole = execute(_spec(tmp_path / "whole", overrides={"trainer.rounds": 3}))
     stopped = _spec(tmp_path / "stopped", overrides={"trainer.rounds": 3})
-    first = _spec(stopped.folder, overrides={"trainer.rounds": 1}, test=False)  # what a kill after round 1 leaves
+    first = _spec(stopped.folder, overrides={"trainer.rounds": 1}, test=False)  # what a kill after round 1 leaves:
     execute(first)
+    (stopped.folder / INPUTS_FILE).write_text(inputs_sha256(stopped))  # its checkpoint, in a folder of its inputs
     assert not (stopped.folder / "result.json").exists()
     resumed = execute(stopped)
     assert resumed["resumed_from_round"] == 1
@@ -101,3 +111,33 @@ def test_an_unreadable_checkpoint_is_set_aside_and_the_run_starts_again(tmp_path
     assert result["resumed_from_round"] == 0
     assert (result["fit_version"], result["test_version"]) == ("version_1", "version_2")
     assert (ckpt.parent / "last.ckpt.unreadable").is_file()
+
+
+@pytest.mark.slow
+def test_a_run_folder_left_by_other_inputs_is_moved_aside_and_run_again(tmp_path: Path) -> None:
+    """A finished run, then the same folder with 2 rounds: the 1-round run is kept aside, not resumed nor reused."""
+    old, new = _spec(tmp_path / "run"), _spec(tmp_path / "run", overrides={"trainer.rounds": 2})
+    assert execute(old)["rounds"] == 1
+    assert current_result(old) is not None
+    assert current_result(new) is None
+    result = execute(new)
+    assert (result["rounds"], result["resumed_from_round"], result["fit_version"]) == (2, 0, "version_0")
+    assert current_result(new) == result
+    kept = json.loads((tmp_path / "run.stale1" / "result.json").read_text())
+    assert kept["rounds"] == 1
+    assert kept["inputs_sha256"] == inputs_sha256(old)
+
+
+def test_a_result_is_current_only_for_the_inputs_that_made_it(tmp_path: Path) -> None:
+    config = tmp_path / "method.yaml"
+    config.write_text(FEDAVG.read_text())
+    spec = _spec(tmp_path / "run", configs=(config,))
+    result = {"overrides": {"trainer.rounds": 1}, "inputs_sha256": inputs_sha256(spec)}
+    assert is_current(result, spec)
+    assert not is_current(result, _spec(spec.folder, configs=(config,), seed=4))
+    assert not is_current(result, _spec(spec.folder, configs=(config,), tags={"method_sha256": "other"}))
+    config.write_text(config.read_text() + "\n# edited\n")  # the config's bytes are part of the inputs
+    assert not is_current(result, spec)
+    legacy = {"overrides": {"trainer.rounds": 1}}  # written before inputs_sha256: matched on its overrides
+    assert is_current(legacy, spec)
+    assert not is_current(legacy, _spec(spec.folder, overrides={"trainer.rounds": 2}))

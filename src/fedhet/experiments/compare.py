@@ -1,11 +1,15 @@
 """``fedhet compare -c suite.yaml``: tune, run every (federation, method, seed), and write the suite's results.
 
 Runs go ``workers`` at a time, each a ``fedhet fit`` and a ``fedhet test`` in one subprocess
-(:func:`~fedhet.experiments.runs.execute`); a run with a ``result.json`` is skipped, so a suite stopped half-way goes
-on where it stopped, a stopped run from its last checkpoint. ``--seeds`` and ``--methods`` run part of a suite (a
-long suite in parts); a table written before every run has finished says which runs it covers. A method with a
-search space is first tuned per federation on the tuning seeds (:func:`~fedhet.experiments.tuning.tune`, validation
-only, pruned through the study's storage), and its final runs use the chosen values (``tuned.yaml``). The results
+(:func:`~fedhet.experiments.runs.execute`); a run whose ``result.json`` came from its current inputs is skipped, so a
+suite stopped half-way goes on where it stopped, a stopped run from its last checkpoint. ``--seeds`` and ``--methods``
+run part of a suite (a long suite in parts); a table written before every run has finished says which runs it covers.
+A method with a search space is first tuned per federation on the tuning seeds (:func:`~fedhet.experiments.tuning.tune`,
+validation only, pruned through the study's storage), and its final runs use the chosen values (``tuned.yaml``). The
+study is named after the sha256 of what the tuning depends on (:func:`method_sha256`: the method's and the
+federation's config files, its overrides, its search space and the tuning settings): a suite whose method was edited
+(a wider range, another config) tunes it again in a new study, and its runs, whose inputs then differ, run again;
+the methods left as they were keep their studies and runs. The results
 folder (the suite's ``results``, default ``output``) gets ``table.md``, ``table.csv``
 (:mod:`~fedhet.experiments.results`), the figures (:mod:`~fedhet.experiments.plots`) and a copy of ``tuned.yaml``,
 each naming the suite file, the git commit and the sha256 of the runs' resolved configs.
@@ -15,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import math
 import shutil
 import subprocess
@@ -26,24 +31,45 @@ from typing import Any
 
 import yaml
 
-from fedhet.experiments.runs import RunDivergedError, RunSpec, execute, load_result
+from fedhet.experiments.runs import RunDivergedError, RunSpec, current_result, execute, sha256_file
 from fedhet.experiments.suite import Suite, SuiteError, field_error, load_suite
 
 TUNED_FILE = "tuned.yaml"
 
 
+def _configs(suite: Suite, federation: str, method: str) -> tuple[Path, ...]:
+    data = suite.federations[federation]
+    return (suite.methods[method].config, *(() if data is None else (data,)))
+
+
+def method_sha256(suite: Suite, federation: str, method: str) -> str:
+    """The sha256 of what ``method``'s tuning on ``federation`` depends on.
+
+    That is the method's and the federation's config files (their bytes), the method's fixed overrides, its search
+    space and the suite's tuning settings (budget, seeds, metric) when it has a search space.
+    """
+    spec = suite.methods[method]
+    payload = {
+        "configs": [sha256_file(path) for path in _configs(suite, federation, method)],
+        "overrides": dict(spec.overrides),
+        "search": None if spec.search is None else repr(spec.search),
+        "tuning": None if spec.search is None else repr(suite.tuning),
+    }
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
+
+
 def run_spec(suite: Suite, federation: str, method: str, seed: int, overrides: Mapping[str, Any]) -> RunSpec:
     """The final run of ``method`` on ``federation`` with ``seed`` and the given (tuned) overrides."""
-    data = suite.federations[federation]
     return RunSpec(
         federation=federation,
         method=method,
         seed=seed,
-        configs=(suite.methods[method].config, *(() if data is None else (data,))),
+        configs=_configs(suite, federation, method),
         overrides={**suite.methods[method].overrides, **overrides},
         folder=suite.output / "runs" / federation / method / f"seed{seed}",
         threads=1 if suite.workers > 1 else None,
         group=suite.name,
+        tags={"method_sha256": method_sha256(suite, federation, method)},
     )
 
 
@@ -58,6 +84,8 @@ def tune_method(suite: Suite, federation: str, method: str) -> dict[str, Any]:
     tuning, spec = suite.tuning, suite.methods[method]
     assert tuning is not None
     assert spec.search is not None
+    digest = method_sha256(suite, federation, method)[:12]
+    trials = suite.output / "tuning" / federation / method / digest
 
     def objective(overrides: dict[str, Any], handle: TrialHandle) -> float:
         values = []
@@ -66,7 +94,7 @@ def tune_method(suite: Suite, federation: str, method: str) -> dict[str, Any]:
             trial = RunSpec(
                 **{
                     **base.__dict__,
-                    "folder": suite.output / "tuning" / federation / method / f"trial{handle.number}" / f"seed{seed}",
+                    "folder": trials / f"trial{handle.number}" / f"seed{seed}",
                     "extra_fit_args": tuple(handle.cli_args(tuning.metric)),
                     "test": False,
                 }
@@ -80,7 +108,12 @@ def tune_method(suite: Suite, federation: str, method: str) -> dict[str, Any]:
     if "://" not in tuning.storage:
         Path(tuning.storage).parent.mkdir(parents=True, exist_ok=True)
     result = tune(
-        f"{suite.name}/{federation}/{method}", spec.search, objective, tuning.trials, tuning.storage, tuning.seeds[0]
+        f"{suite.name}/{federation}/{method}/{digest}",
+        spec.search,
+        objective,
+        tuning.trials,
+        tuning.storage,
+        tuning.seeds[0],
     )
     return result.best_overrides
 
@@ -205,23 +238,22 @@ def compare(
     tuned_path = suite.output / TUNED_FILE
     tuned = read_tuned(suite)
     order = [(f, m, s) for f in suite.federations for m in suite.methods for s in suite.seeds]
-    to_tune = [
-        (f, m)
-        for f in suite.federations
-        for m, spec in suite.methods.items()
-        if spec.search and f"{f}/{m}" not in tuned and m in chosen_methods
-    ]
+    selected = [(f, m, s) for f, m, s in order if (seeds is None or s in seeds) and m in chosen_methods]
+    pairs = list(dict.fromkeys((f, m) for f, m, _ in selected))
+    to_tune = [(f, m) for f, m in pairs if suite.methods[m].search]  # a study that holds its trials returns at once
+
+    def result(f: str, m: str, s: int) -> dict[str, Any] | None:
+        return current_result(run_spec(suite, f, m, s, tuned.get(f"{f}/{m}", {})))
+
+    def todo(federation: str, method: str) -> list[int]:
+        return [s for f, m, s in selected if (f, m) == (federation, method) and result(f, m, s) is None]
+
     from rich.progress import Progress
 
     bar = Progress(disable=progress is not None, transient=False)
-    pending = [
-        (f, m, s)
-        for f, m, s in order
-        if (seeds is None or s in seeds)
-        and m in chosen_methods
-        and load_result(run_spec(suite, f, m, s, {}).folder) is None
-    ]
-    task = bar.add_task(f"suite {suite.name}", total=len(pending) + len(to_tune))
+    counted = {pair: todo(*pair) for pair in pairs}  # with the values tuned so far; a new tuning may add runs
+    total = [sum(map(len, counted.values())) + len(to_tune)]
+    task = bar.add_task(f"suite {suite.name}", total=total[0])
 
     def done(line: str) -> None:
         bar.advance(task)
@@ -232,12 +264,14 @@ def compare(
         jobs: dict[Future[Any], tuple[str, str, int | None]] = {}
 
         def submit_runs(federation: str, method: str) -> None:
-            for f, m, s in pending:
-                if (f, m) == (federation, method):
-                    spec = run_spec(suite, f, m, s, tuned.get(f"{f}/{m}", {}))
-                    jobs[pool.submit(execute, spec)] = (f, m, s)
+            left = todo(federation, method)
+            total[0] += len(left) - len(counted[(federation, method)])
+            bar.update(task, total=total[0])
+            for s in left:
+                spec = run_spec(suite, federation, method, s, tuned.get(f"{federation}/{method}", {}))
+                jobs[pool.submit(execute, spec)] = (federation, method, s)
 
-        for f, m in dict.fromkeys((f, m) for f, m, _ in pending):
+        for f, m in pairs:
             if (f, m) not in to_tune:
                 submit_runs(f, m)
         for f, m in to_tune:
@@ -254,7 +288,7 @@ def compare(
                     submit_runs(f, m)
                 else:
                     done(f"ran {m} on {f}, seed {s}")
-    results = [load_result(run_spec(suite, f, m, s, {}).folder) for f, m, s in order]
+    results = [result(f, m, s) for f, m, s in order]
     complete = [r for r in results if r is not None]
     written = write_results(suite, complete, tuned, planned=len(order))
     summarise_on_wandb(suite, complete, written)

@@ -6,9 +6,11 @@ the test, given ``--ckpt_path last``, the next version with the test metrics. ``
 only when both finished, so a suite run again skips the runs that have one. A run that was stopped (its fit saves
 ``last.ckpt`` every round) resumes from its latest checkpoint in the same version folder, as ``fedhet fit
 --ckpt_path`` resumes (the same result as a run never stopped); a checkpoint that cannot be read is set aside and the
-run starts again in a new version folder. Both commands run in one interpreter
-(:mod:`~fedhet.experiments.fit_test`), which pays the start-up of Python, torch and Lightning once per run, each with
-its own log (``fit.log``, ``test.log``).
+run starts again in a new version folder. A run folder records the sha256 of its inputs (:func:`inputs_sha256`: its
+config files, overrides, seed and tags); one left by other inputs (a config edited, a value tuned again) is moved
+aside to ``<folder>.stale<k>``, so that neither its result nor its checkpoint is taken for the new run's. Both
+commands run in one interpreter (:mod:`~fedhet.experiments.fit_test`), which pays the start-up of Python, torch and
+Lightning once per run, each with its own log (``fit.log``, ``test.log``).
 
 The seed is the trainer's (``--trainer.seed``: model initialisation, client sampling, batches); the federation's own
 data seed is left as its config gives it, so every seed and every method see the same clients and splits, and the
@@ -31,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 RESULT_FILE = "result.json"
+INPUTS_FILE = "inputs.sha256"
 _log = logging.getLogger(__name__)
 
 
@@ -212,6 +215,57 @@ def load_result(folder: Path) -> dict[str, Any] | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
+def inputs_sha256(spec: RunSpec) -> str:
+    """The sha256 of what decides a run's outcome: its config files' bytes, its overrides, seed and tags."""
+    payload = {
+        "configs": [sha256_file(Path(config)) for config in spec.configs],
+        "overrides": dict(spec.overrides),
+        "seed": spec.seed,
+        "tags": dict(spec.tags),
+    }
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _as_json(value: Any) -> Any:
+    return json.loads(json.dumps(value, sort_keys=True, default=str))
+
+
+def is_current(result: Mapping[str, Any], spec: RunSpec) -> bool:
+    """Whether ``result`` (a ``result.json``) came from ``spec``'s inputs.
+
+    A result written before fedhet recorded ``inputs_sha256`` is matched on its overrides only.
+    """
+    recorded = result.get("inputs_sha256")
+    if recorded is not None:
+        return bool(recorded == inputs_sha256(spec))
+    return bool(_as_json(result.get("overrides")) == _as_json(dict(spec.overrides)))
+
+
+def current_result(spec: RunSpec) -> dict[str, Any] | None:
+    """``spec``'s ``result.json`` when its run finished with ``spec``'s inputs, else ``None``."""
+    result = load_result(spec.folder)
+    return result if result is not None and is_current(result, spec) else None
+
+
+def _set_aside_if_stale(spec: RunSpec, digest: str) -> None:
+    """Move ``spec.folder`` to ``<folder>.stale<k>`` when another run's inputs left it (see the module docstring)."""
+    folder = spec.folder
+    if not folder.is_dir():
+        return
+    marker, result = folder / INPUTS_FILE, load_result(folder)
+    if marker.is_file():
+        stale = marker.read_text().strip() != digest
+    else:  # a folder from before the marker: a stopped run resumes, a finished one is matched on its overrides
+        stale = result is not None and not is_current(result, spec)
+    if not stale:
+        return
+    k = 1
+    while folder.with_name(f"{folder.name}.stale{k}").exists():
+        k += 1
+    _log.warning("run folder '%s' was left by other inputs; moved to '%s.stale%d'", folder, folder.name, k)
+    folder.rename(folder.with_name(f"{folder.name}.stale{k}"))
+
+
 def resume_point(folder: Path) -> tuple[Path, int] | None:
     """The latest ``last.ckpt`` of a stopped run in ``folder`` and the rounds it holds (``None``: start afresh).
 
@@ -240,7 +294,10 @@ def execute(spec: RunSpec) -> dict[str, Any]:
         RuntimeError: one line naming the command, the run folder and its log, when a command fails.
 
     """
+    digest = inputs_sha256(spec)
+    _set_aside_if_stale(spec, digest)
     spec.folder.mkdir(parents=True, exist_ok=True)
+    (spec.folder / INPUTS_FILE).write_text(digest + "\n")
     start = time.perf_counter()
     before = _versions(spec.folder)
     resume = resume_point(spec.folder) if spec.test else None  # a tuning trial is never resumed: pruning reads rounds
@@ -267,6 +324,7 @@ def execute(spec: RunSpec) -> dict[str, Any]:
         "fit_version": fit_dir.name,
         "test_version": None if test_dir is None else test_dir.name,
         "config_sha256": sha256_file(fit_dir / "config.yaml"),
+        "inputs_sha256": digest,
         "cpu_s": cpu,
         "wall_s": time.perf_counter() - start,
         "resumed_from_round": 0 if resume is None else resume[1],
