@@ -243,3 +243,15 @@ def test_a_diverging_trial_scores_worst_and_the_suite_goes_on(tmp_path: Path) ->
         assert state == "COMPLETE"
         assert (value == -math.inf) == (lr == 1.0e30)
     assert _table(out)[("digits", "fedrep")]["n"] == "1"
+
+
+def test_a_method_digest_follows_its_inputs_not_its_paths(tmp_path: Path) -> None:
+    for name in "abc":
+        (tmp_path / name).mkdir()
+    here = load_suite(_suite(tmp_path / "a"))
+    moved = load_suite(_suite(tmp_path / "b"))  # another output folder and tuning storage
+    assert method_sha256(here, "digits", "fedrep") == method_sha256(moved, "digits", "fedrep")
+    assert method_sha256(here, "digits", "fedrep") != method_sha256(here, "digits", "fedavg")
+    fewer = load_suite(_suite(tmp_path / "c", tuning={"trials": 2, "seeds": [100], "metric": "val/acc_mean"}))
+    assert method_sha256(fewer, "digits", "fedrep") != method_sha256(here, "digits", "fedrep")
+    assert method_sha256(fewer, "digits", "fedavg") == method_sha256(here, "digits", "fedavg")  # nothing to tune

@@ -46,14 +46,15 @@ def method_sha256(suite: Suite, federation: str, method: str) -> str:
     """The sha256 of what ``method``'s tuning on ``federation`` depends on.
 
     That is the method's and the federation's config files (their bytes), the method's fixed overrides, its search
-    space and the suite's tuning settings (budget, seeds, metric) when it has a search space.
+    space and the suite's tuning settings (budget, seeds, metric) when it has a search space; no path, so a suite
+    whose output folder moved keeps its studies and runs.
     """
-    spec = suite.methods[method]
+    spec, tuning = suite.methods[method], suite.tuning
     payload = {
         "configs": [sha256_file(path) for path in _configs(suite, federation, method)],
         "overrides": dict(spec.overrides),
         "search": None if spec.search is None else repr(spec.search),
-        "tuning": None if spec.search is None else repr(suite.tuning),
+        "tuning": None if spec.search is None or tuning is None else [tuning.trials, tuning.seeds, tuning.metric],
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
 
