@@ -23,6 +23,7 @@ SMOKE = Path(__file__).resolve().parents[2] / "configs" / "suites" / "smoke.yaml
 
 def _suite(tmp_path: Path, **changes: object) -> Path:
     """The smoke suite with absolute config paths, its output in ``tmp_path``, and ``changes`` applied."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
     suite = yaml.safe_load(SMOKE.read_text())
     for method in suite["methods"].values():
         method["config"] = str((SMOKE.parent / method["config"]).resolve())
@@ -246,8 +247,6 @@ def test_a_diverging_trial_scores_worst_and_the_suite_goes_on(tmp_path: Path) ->
 
 
 def test_a_method_digest_follows_its_inputs_not_its_paths(tmp_path: Path) -> None:
-    for name in "abc":
-        (tmp_path / name).mkdir()
     here = load_suite(_suite(tmp_path / "a"))
     moved = load_suite(_suite(tmp_path / "b"))  # another output folder and tuning storage
     assert method_sha256(here, "digits", "fedrep") == method_sha256(moved, "digits", "fedrep")

@@ -16,9 +16,9 @@ from fedhet.experiments.runs import (
     command,
     current_result,
     execute,
-    inputs_sha256,
     is_current,
     run_command,
+    run_sha256,
 )
 
 FEDAVG = Path(__file__).resolve().parents[2] / "configs" / "fedavg" / "digits.yaml"
@@ -90,7 +90,7 @@ def test_a_stopped_run_resumes_from_its_checkpoint_with_the_result_of_an_unstopp
     stopped = _spec(tmp_path / "stopped", overrides={"trainer.rounds": 3})
     first = _spec(stopped.folder, overrides={"trainer.rounds": 1}, test=False)  # what a kill after round 1 leaves:
     execute(first)
-    (stopped.folder / INPUTS_FILE).write_text(inputs_sha256(stopped))  # its checkpoint, in a folder of its inputs
+    (stopped.folder / INPUTS_FILE).write_text(run_sha256(stopped))  # its checkpoint, in a folder of its inputs
     assert not (stopped.folder / "result.json").exists()
     resumed = execute(stopped)
     assert resumed["resumed_from_round"] == 1
@@ -125,14 +125,14 @@ def test_a_run_folder_left_by_other_inputs_is_moved_aside_and_run_again(tmp_path
     assert current_result(new) == result
     kept = json.loads((tmp_path / "run.stale1" / "result.json").read_text())
     assert kept["rounds"] == 1
-    assert kept["inputs_sha256"] == inputs_sha256(old)
+    assert kept["inputs_sha256"] == run_sha256(old)
 
 
 def test_a_result_is_current_only_for_the_inputs_that_made_it(tmp_path: Path) -> None:
     config = tmp_path / "method.yaml"
     config.write_text(FEDAVG.read_text())
     spec = _spec(tmp_path / "run", configs=(config,))
-    result = {"overrides": {"trainer.rounds": 1}, "inputs_sha256": inputs_sha256(spec)}
+    result = {"overrides": {"trainer.rounds": 1}, "inputs_sha256": run_sha256(spec)}
     assert is_current(result, spec)
     assert not is_current(result, _spec(spec.folder, configs=(config,), seed=4))
     assert not is_current(result, _spec(spec.folder, configs=(config,), tags={"method_sha256": "other"}))

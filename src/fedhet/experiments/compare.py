@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import math
 import shutil
 import subprocess
@@ -31,7 +30,7 @@ from typing import Any
 
 import yaml
 
-from fedhet.experiments.runs import RunDivergedError, RunSpec, current_result, execute, sha256_file
+from fedhet.experiments.runs import RunDivergedError, RunSpec, current_result, execute, inputs_sha256
 from fedhet.experiments.suite import Suite, SuiteError, field_error, load_suite
 
 TUNED_FILE = "tuned.yaml"
@@ -50,13 +49,12 @@ def method_sha256(suite: Suite, federation: str, method: str) -> str:
     whose output folder moved keeps its studies and runs.
     """
     spec, tuning = suite.methods[method], suite.tuning
-    payload = {
-        "configs": [sha256_file(path) for path in _configs(suite, federation, method)],
-        "overrides": dict(spec.overrides),
-        "search": None if spec.search is None else repr(spec.search),
-        "tuning": None if spec.search is None or tuning is None else [tuning.trials, tuning.seeds, tuning.metric],
-    }
-    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
+    return inputs_sha256(
+        _configs(suite, federation, method),
+        overrides=dict(spec.overrides),
+        search=None if spec.search is None else repr(spec.search),
+        tuning=None if spec.search is None or tuning is None else [tuning.trials, tuning.seeds, tuning.metric],
+    )
 
 
 def run_spec(suite: Suite, federation: str, method: str, seed: int, overrides: Mapping[str, Any]) -> RunSpec:
@@ -253,8 +251,8 @@ def compare(
 
     bar = Progress(disable=progress is not None, transient=False)
     counted = {pair: todo(*pair) for pair in pairs}  # with the values tuned so far; a new tuning may add runs
-    total = [sum(map(len, counted.values())) + len(to_tune)]
-    task = bar.add_task(f"suite {suite.name}", total=total[0])
+    total = sum(map(len, counted.values())) + len(to_tune)
+    task = bar.add_task(f"suite {suite.name}", total=total)
 
     def done(line: str) -> None:
         bar.advance(task)
@@ -264,17 +262,14 @@ def compare(
     with bar, ThreadPoolExecutor(max_workers=suite.workers) as pool:
         jobs: dict[Future[Any], tuple[str, str, int | None]] = {}
 
-        def submit_runs(federation: str, method: str) -> None:
-            left = todo(federation, method)
-            total[0] += len(left) - len(counted[(federation, method)])
-            bar.update(task, total=total[0])
+        def submit_runs(federation: str, method: str, left: Sequence[int]) -> None:
             for s in left:
                 spec = run_spec(suite, federation, method, s, tuned.get(f"{federation}/{method}", {}))
                 jobs[pool.submit(execute, spec)] = (federation, method, s)
 
-        for f, m in pairs:
-            if (f, m) not in to_tune:
-                submit_runs(f, m)
+        for pair in pairs:
+            if pair not in to_tune:
+                submit_runs(*pair, counted[pair])
         for f, m in to_tune:
             jobs[pool.submit(tune_method, suite, f, m)] = (f, m, None)
         while jobs:
@@ -286,7 +281,10 @@ def compare(
                     tuned[f"{f}/{m}"] = value
                     tuned_path.write_text(yaml.safe_dump(tuned, sort_keys=False))
                     done(f"tuned {m} on {f}: {value}")
-                    submit_runs(f, m)
+                    left = todo(f, m)
+                    total += len(left) - len(counted[(f, m)])
+                    bar.update(task, total=total)
+                    submit_runs(f, m, left)
                 else:
                     done(f"ran {m} on {f}, seed {s}")
     results = [result(f, m, s) for f, m, s in order]

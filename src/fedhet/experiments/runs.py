@@ -6,7 +6,7 @@ the test, given ``--ckpt_path last``, the next version with the test metrics. ``
 only when both finished, so a suite run again skips the runs that have one. A run that was stopped (its fit saves
 ``last.ckpt`` every round) resumes from its latest checkpoint in the same version folder, as ``fedhet fit
 --ckpt_path`` resumes (the same result as a run never stopped); a checkpoint that cannot be read is set aside and the
-run starts again in a new version folder. A run folder records the sha256 of its inputs (:func:`inputs_sha256`: its
+run starts again in a new version folder. A run folder records the sha256 of its inputs (:func:`run_sha256`: its
 config files, overrides, seed and tags); one left by other inputs (a config edited, a value tuned again) is moved
 aside to ``<folder>.stale<k>``, so that neither its result nor its checkpoint is taken for the new run's. Both
 commands run in one interpreter (:mod:`~fedhet.experiments.fit_test`), which pays the start-up of Python, torch and
@@ -215,15 +215,15 @@ def load_result(folder: Path) -> dict[str, Any] | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
-def inputs_sha256(spec: RunSpec) -> str:
-    """The sha256 of what decides a run's outcome: its config files' bytes, its overrides, seed and tags."""
-    payload = {
-        "configs": [sha256_file(Path(config)) for config in spec.configs],
-        "overrides": dict(spec.overrides),
-        "seed": spec.seed,
-        "tags": dict(spec.tags),
-    }
+def inputs_sha256(configs: Sequence[Path], **inputs: Any) -> str:
+    """The sha256 of the config files' bytes and ``inputs`` (JSON-like values, keys sorted; others by ``str``)."""
+    payload = {"configs": [sha256_file(Path(config)) for config in configs], **inputs}
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def run_sha256(spec: RunSpec) -> str:
+    """The sha256 of what decides a run's outcome: its config files' bytes, its overrides, seed and tags."""
+    return inputs_sha256(spec.configs, overrides=dict(spec.overrides), seed=spec.seed, tags=dict(spec.tags))
 
 
 def _as_json(value: Any) -> Any:
@@ -237,7 +237,7 @@ def is_current(result: Mapping[str, Any], spec: RunSpec) -> bool:
     """
     recorded = result.get("inputs_sha256")
     if recorded is not None:
-        return bool(recorded == inputs_sha256(spec))
+        return bool(recorded == run_sha256(spec))
     return bool(_as_json(result.get("overrides")) == _as_json(dict(spec.overrides)))
 
 
@@ -294,7 +294,7 @@ def execute(spec: RunSpec) -> dict[str, Any]:
         RuntimeError: one line naming the command, the run folder and its log, when a command fails.
 
     """
-    digest = inputs_sha256(spec)
+    digest = run_sha256(spec)
     _set_aside_if_stale(spec, digest)
     spec.folder.mkdir(parents=True, exist_ok=True)
     (spec.folder / INPUTS_FILE).write_text(digest + "\n")
