@@ -9,6 +9,7 @@ import inspect
 import os
 import sys
 from argparse import Action
+from pathlib import Path
 from typing import Any, NoReturn, cast
 
 import yaml
@@ -151,12 +152,37 @@ class FederatedCLI(LightningCLI):
         return super().init_parser(**kwargs)
 
     def before_fit(self) -> None:
-        """Run the runs the module needs first (e.g. FedDaDiL's step 1) when their folders hold no checkpoint yet."""
+        """Run the runs the module needs first (e.g. FedDaDiL's step 1) when their folders hold no checkpoint of them.
+
+        A required run's latest checkpoint is used only when its version folder's ``config.yaml`` is what its config
+        resolves to now (``ckpt_path`` aside); after an edit to that config, or to a default it relies on, the run
+        runs again in a new version folder, whose checkpoint the module then reads.
+        """
         for config in getattr(self.model, "required_runs", list)():
             root = config_root(config)
-            if latest_checkpoint(root) is None:
-                print(f"fedhet: {config} has no checkpoint under {root} yet: running it first", flush=True)
-                FederatedCLI(full_errors=self.full_errors, args=["fit", "-c", str(config)])
+            checkpoint = latest_checkpoint(root)
+            if checkpoint is None:
+                reason = f"has no checkpoint under {root} yet"
+            elif not self._made_by(checkpoint, config):
+                reason = f"changed since the run that saved {checkpoint}"
+            else:
+                continue
+            print(f"fedhet: {config} {reason}: running it first", flush=True)
+            FederatedCLI(full_errors=self.full_errors, args=["fit", "-c", str(config)])
+
+    def _resolved(self, namespace: Namespace, subcommand: str | None) -> dict[str, Any]:
+        """``namespace`` with every default filled in, as the plain mapping a run folder's ``config.yaml`` holds."""
+        dumped = yaml.safe_load(self.parser.dump(namespace, skip_unset=False, skip_link_targets=False, format="yaml"))
+        return cast(dict[str, Any], _subcommand_section(dumped, subcommand))
+
+    def _made_by(self, checkpoint: Path, config: str) -> bool:
+        """Whether the run that saved ``checkpoint`` was ``fedhet fit -c config`` as ``config`` reads now."""
+        saved = checkpoint.parent.parent / "config.yaml"
+        if not saved.is_file():
+            return False
+        now = self._resolved(self.parser.parse_args(["fit", "-c", str(config)]), "fit")
+        then = yaml.safe_load(saved.read_text()) or {}
+        return bool({**now, "ckpt_path": None} == {**then, "ckpt_path": None})
 
     @staticmethod
     def subcommands() -> dict[str, set[str]]:
@@ -188,8 +214,7 @@ class FederatedCLI(LightningCLI):
         data is read; where the count is only known from the data, the trainer refuses it when ``fit`` starts,
         before any round runs.
         """
-        dumped = yaml.safe_load(self.parser.dump(self.config, skip_unset=False, skip_link_targets=False, format="yaml"))
-        self.config_dump = _subcommand_section(dumped, self.subcommand)  # what _InstantiatorFn reads
+        self.config_dump = self._resolved(self.config, self.subcommand)  # what _InstantiatorFn reads
         instantiators = [
             (_TopLevelHyperparameters(cli=self, key=key), base, subclasses)
             for key, base, subclasses in (

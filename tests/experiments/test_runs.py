@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 import re
 import subprocess
@@ -16,9 +17,12 @@ from fedhet.experiments.runs import (
     command,
     current_result,
     execute,
+    inputs_sha256,
     is_current,
+    named_configs,
     run_command,
     run_sha256,
+    sha256_file,
 )
 
 FEDAVG = Path(__file__).resolve().parents[2] / "configs" / "fedavg" / "digits.yaml"
@@ -141,3 +145,28 @@ def test_a_result_is_current_only_for_the_inputs_that_made_it(tmp_path: Path) ->
     legacy = {"overrides": {"trainer.rounds": 1}}  # written before inputs_sha256: matched on its overrides
     assert is_current(legacy, spec)
     assert not is_current(legacy, _spec(spec.folder, overrides={"trainer.rounds": 2}))
+
+
+def test_config_files_named_in_a_config_count_with_their_bytes(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)  # named paths are read as `fedhet fit` reads them: from the working directory
+    Path("step1.yaml").write_text("trainer: {rounds: 2}\nmodel: {init_args: {settings: extra.yml}}\n")
+    Path("extra.yml").write_text("lr: 0.1\n")
+    Path("step2.yaml").write_text("model: {init_args: {encoder_config: step1.yaml, other: step2.yaml}}\n")
+    plain = tmp_path / "plain.yaml"
+    plain.write_text("model: {init_args: {name: not_a_file.yaml, lr: 0.1}}\n")
+    assert named_configs([Path("step2.yaml")]) == [Path("step1.yaml"), Path("extra.yml")]  # in turn, each once
+    assert named_configs([plain]) == []
+    assert named_configs([plain], {"overrides": {"model.init_args.encoder_config": "step1.yaml"}}) == [
+        Path("step1.yaml"),
+        Path("extra.yml"),
+    ]
+    spec = _spec(tmp_path / "run", configs=(Path("step2.yaml"),))
+    before = run_sha256(spec)
+    Path("extra.yml").write_text("lr: 0.2\n")  # an edit two files away changes the run's inputs
+    assert run_sha256(spec) != before
+    # a config naming no other file keeps the digest it had before named files were hashed
+    payload = {"configs": [sha256_file(plain)], "overrides": {"a": 1}}
+    assert (
+        inputs_sha256([plain], overrides={"a": 1})
+        == hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+    )

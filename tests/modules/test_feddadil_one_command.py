@@ -1,4 +1,4 @@
-"""FedDaDiL's two steps from one command: ``fedhet fit`` runs step 1 first when its run folder has no checkpoint."""
+"""FedDaDiL's two steps from one command: ``fedhet fit`` runs step 1 first when no checkpoint of it is found."""
 
 import sys
 
@@ -14,7 +14,7 @@ DATA = {
 }
 
 
-def test_step_two_runs_step_one_first_then_reuses_it(tmp_path, monkeypatch, capsys):
+def test_step_two_runs_step_one_first_reuses_it_and_reruns_it_once_edited(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(sys, "argv", ["fedhet"])
     step1 = {
         "trainer": {"rounds": 2, "reporting": {"progress_bar": False}, "default_root_dir": str(tmp_path / "step1")},
@@ -40,3 +40,12 @@ def test_step_two_runs_step_one_first_then_reuses_it(tmp_path, monkeypatch, caps
     assert "has no checkpoint under" not in capsys.readouterr().out
     assert versions(tmp_path / "step1") == [0]
     assert versions(tmp_path / "step2") == [0, 1]
+    step1["trainer"]["rounds"] = 3  # an edited step 1: its old encoder is not reused
+    (tmp_path / "step1.yaml").write_text(yaml.safe_dump(step1))
+    main(["fit", "-c", str(tmp_path / "step2.yaml")])
+    assert "changed since the run that saved" in capsys.readouterr().out
+    assert versions(tmp_path / "step1") == [0, 1]
+    assert load_checkpoint(tmp_path / "step1" / "version_1" / "checkpoints" / "last.ckpt")["round"] == 3
+    main(["fit", "-c", str(tmp_path / "step2.yaml")])  # the new one is
+    assert "running it first" not in capsys.readouterr().out
+    assert versions(tmp_path / "step1") == [0, 1]

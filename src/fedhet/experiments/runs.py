@@ -32,6 +32,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 RESULT_FILE = "result.json"
 INPUTS_FILE = "inputs.sha256"
 _log = logging.getLogger(__name__)
@@ -215,9 +217,45 @@ def load_result(folder: Path) -> dict[str, Any] | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
+def named_configs(configs: Sequence[Path], values: Any = None) -> list[Path]:
+    """The YAML files that ``configs`` and ``values`` name as values, and those these name in turn, each once.
+
+    E.g. FedDaDiL's ``encoder_config``, the step-1 run whose checkpoint step 2 reads. A value names a file when it
+    is a string ending in ``.yaml`` or ``.yml`` that is a file, relative to the working directory as ``fedhet fit``
+    reads it; ``configs`` themselves are not listed.
+    """
+    seen = {Path(config).resolve() for config in configs}
+    found: list[Path] = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, Mapping):
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, (list, tuple)):
+            for value in node:
+                walk(value)
+        elif isinstance(node, str) and node.endswith((".yaml", ".yml")) and Path(node).is_file():
+            path = Path(node)
+            if path.resolve() not in seen:
+                seen.add(path.resolve())
+                found.append(path)
+                walk(yaml.safe_load(path.read_text()))
+
+    walk(values)
+    for config in configs:
+        walk(yaml.safe_load(Path(config).read_text()))
+    return found
+
+
 def inputs_sha256(configs: Sequence[Path], **inputs: Any) -> str:
-    """The sha256 of the config files' bytes and ``inputs`` (JSON-like values, keys sorted; others by ``str``)."""
+    """The sha256 of the config files' bytes and ``inputs`` (JSON-like values, keys sorted; others by ``str``).
+
+    The config files that these name in turn (:func:`named_configs`) count with their bytes too.
+    """
     payload = {"configs": [sha256_file(Path(config)) for config in configs], **inputs}
+    named = named_configs(configs, inputs)
+    if named:  # only then: the digests of suites whose configs name no other file stay as they were
+        payload["named_configs"] = [sha256_file(path) for path in named]
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
 
 
