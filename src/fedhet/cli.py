@@ -164,7 +164,7 @@ class FederatedCLI(LightningCLI):
             if checkpoint is None:
                 reason = f"has no checkpoint under {root} yet"
             elif not self._made_by(checkpoint, config):
-                reason = f"changed since the run that saved {checkpoint}"
+                reason = f"no longer matches the config.yaml of the run that saved {checkpoint}"
             else:
                 continue
             print(f"fedhet: {config} {reason}: running it first", flush=True)
@@ -178,10 +178,13 @@ class FederatedCLI(LightningCLI):
     def _made_by(self, checkpoint: Path, config: str) -> bool:
         """Whether the run that saved ``checkpoint`` was ``fedhet fit -c config`` as ``config`` reads now."""
         saved = checkpoint.parent.parent / "config.yaml"
-        if not saved.is_file():
+        try:
+            then = yaml.safe_load(saved.read_text())
+        except (OSError, yaml.YAMLError):  # missing or unreadable: the run is not known to be this config's
+            return False
+        if not isinstance(then, dict):
             return False
         now = self._resolved(self.parser.parse_args(["fit", "-c", str(config)]), "fit")
-        then = yaml.safe_load(saved.read_text()) or {}
         return bool({**now, "ckpt_path": None} == {**then, "ckpt_path": None})
 
     @staticmethod

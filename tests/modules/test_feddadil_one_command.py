@@ -43,9 +43,13 @@ def test_step_two_runs_step_one_first_reuses_it_and_reruns_it_once_edited(tmp_pa
     step1["trainer"]["rounds"] = 3  # an edited step 1: its old encoder is not reused
     (tmp_path / "step1.yaml").write_text(yaml.safe_dump(step1))
     main(["fit", "-c", str(tmp_path / "step2.yaml")])
-    assert "changed since the run that saved" in capsys.readouterr().out
+    assert "no longer matches the config.yaml of the run" in capsys.readouterr().out
     assert versions(tmp_path / "step1") == [0, 1]
     assert load_checkpoint(tmp_path / "step1" / "version_1" / "checkpoints" / "last.ckpt")["round"] == 3
     main(["fit", "-c", str(tmp_path / "step2.yaml")])  # the new one is
     assert "running it first" not in capsys.readouterr().out
     assert versions(tmp_path / "step1") == [0, 1]
+    (tmp_path / "step1" / "version_1" / "config.yaml").write_text("- not: a config\n")  # unreadable: run again
+    main(["fit", "-c", str(tmp_path / "step2.yaml")])
+    assert "no longer matches the config.yaml of the run" in capsys.readouterr().out
+    assert versions(tmp_path / "step1") == [0, 1, 2]
