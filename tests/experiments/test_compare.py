@@ -5,6 +5,8 @@ from __future__ import annotations
 import csv
 import math
 import statistics
+import subprocess
+import sys
 from pathlib import Path
 
 import optuna
@@ -144,6 +146,26 @@ def test_seeds_runs_part_of_a_suite_and_its_table_says_what_it_covers(tmp_path: 
     after = _stamps(out)
     assert {p: after[p] for p in before} == before
     assert sorted(p.parent.name for p in after) == ["seed0", "seed0", "seed1", "seed1"]
+    assert {row["n"] for row in _table(out).values()} == {"2"}
+    assert "covers" not in (out / "table.md").read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_two_compares_of_one_suite_share_its_runs_and_each_writes_the_whole_table(tmp_path: Path) -> None:
+    path = _suite(tmp_path, tuning=None, workers=1)
+    suite = yaml.safe_load(path.read_text())
+    del suite["methods"]["fedrep"]["search"]
+    path.write_text(yaml.safe_dump(suite))
+    command = [sys.executable, "-m", "fedhet", "compare", "-c", str(path)]
+    processes = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for _ in "ab"]
+    logs = [process.communicate(timeout=900)[0] for process in processes]
+    assert [process.returncode for process in processes] == [0, 0], logs
+    out = tmp_path / "out"
+    runs = sorted(run for run in (out / "runs").glob("digits/*/seed*") if run.is_dir())
+    assert len(runs) == 4
+    for run in runs:  # each run ran once, in one of the two processes: one fit version and one test version
+        assert sorted(version.name for version in run.glob("version_*")) == ["version_0", "version_1"], run
     assert {row["n"] for row in _table(out).values()} == {"2"}
     assert "covers" not in (out / "table.md").read_text()
 

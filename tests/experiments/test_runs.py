@@ -7,12 +7,14 @@ import hashlib
 import json
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from fedhet.experiments.runs import (
     INPUTS_FILE,
+    RunHeldError,
     RunSpec,
     command,
     current_result,
@@ -170,3 +172,31 @@ def test_config_files_named_in_a_config_count_with_their_bytes(tmp_path: Path, m
         inputs_sha256([plain], overrides={"a": 1})
         == hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
     )
+
+
+def test_a_run_another_process_holds_is_refused_or_waited_for_and_never_run_twice(tmp_path: Path) -> None:
+    spec = _spec(tmp_path / "run")
+    lock = spec.folder.with_name(".run.lock")
+    holder = subprocess.Popen(  # another process running the run: it holds the run's lock for a few seconds
+        [
+            sys.executable,
+            "-c",
+            f"import filelock, time; held = filelock.FileLock({str(lock)!r}); held.acquire(); print(1, flush=True)"
+            "; time.sleep(4)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline() == "1\n"
+        with pytest.raises(RunHeldError, match="is being run by another process"):
+            execute(spec)
+        spec.folder.mkdir()
+        finished = {"overrides": {"trainer.rounds": 1}, "inputs_sha256": run_sha256(spec), "test": {"acc": 0.5}}
+        (spec.folder / "result.json").write_text(json.dumps(finished))  # what the other process leaves when done
+        assert execute(spec, wait=True) == finished  # waited for the holder, then took its result
+    finally:
+        holder.kill()
+        holder.wait()
+    assert not list(spec.folder.glob("version_*"))  # nothing ran here

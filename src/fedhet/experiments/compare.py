@@ -9,7 +9,9 @@ validation only, pruned through the study's storage), and its final runs use the
 study is named after the sha256 of what the tuning depends on (:func:`method_sha256`: the method's and the
 federation's config files, its overrides, its search space and the tuning settings): a suite whose method was edited
 (a wider range, another config) tunes it again in a new study, and its runs, whose inputs then differ, run again;
-the methods left as they were keep their studies and runs. The results
+the methods left as they were keep their studies and runs. Several ``fedhet compare`` of one suite (on one machine or
+on machines sharing its output folder and tuning storage) share its work: each tunes through the shared study, takes
+the runs no other process is running, then waits for the others' runs, and each writes the whole table. The results
 folder (the suite's ``results``, default ``output``) gets ``table.md``, ``table.csv``
 (:mod:`~fedhet.experiments.results`), the figures (:mod:`~fedhet.experiments.plots`) and a copy of ``tuned.yaml``,
 each naming the suite file, the git commit and the sha256 of the runs' resolved configs.
@@ -30,7 +32,14 @@ from typing import Any
 
 import yaml
 
-from fedhet.experiments.runs import RunDivergedError, RunSpec, current_result, execute, inputs_sha256
+from fedhet.experiments.runs import (
+    RunDivergedError,
+    RunHeldError,
+    RunSpec,
+    current_result,
+    execute,
+    inputs_sha256,
+)
 from fedhet.experiments.suite import Suite, SuiteError, field_error, load_suite
 
 TUNED_FILE = "tuned.yaml"
@@ -262,10 +271,12 @@ def compare(
     with bar, ThreadPoolExecutor(max_workers=suite.workers) as pool:
         jobs: dict[Future[Any], tuple[str, str, int | None]] = {}
 
-        def submit_runs(federation: str, method: str, left: Sequence[int]) -> None:
+        held: list[tuple[str, str, int]] = []  # runs another process was running: waited for once ours are done
+
+        def submit_runs(federation: str, method: str, left: Sequence[int], block: bool = False) -> None:
             for s in left:
                 spec = run_spec(suite, federation, method, s, tuned.get(f"{federation}/{method}", {}))
-                jobs[pool.submit(execute, spec)] = (federation, method, s)
+                jobs[pool.submit(execute, spec, block)] = (federation, method, s)
 
         for pair in pairs:
             if pair not in to_tune:
@@ -276,7 +287,15 @@ def compare(
             finished, _ = wait(list(jobs), return_when=FIRST_COMPLETED)
             for future in finished:
                 f, m, s = jobs.pop(future)
-                value = future.result()
+                try:
+                    value = future.result()
+                except RunHeldError:
+                    if s is None:
+                        raise
+                    held.append((f, m, s))
+                    say = progress or bar.console.print
+                    say(f"another process runs {m} on {f}, seed {s}: waiting for it after ours")
+                    continue
                 if s is None:
                     tuned[f"{f}/{m}"] = value
                     tuned_path.write_text(yaml.safe_dump(tuned, sort_keys=False))
@@ -287,6 +306,10 @@ def compare(
                     submit_runs(f, m, left)
                 else:
                     done(f"ran {m} on {f}, seed {s}")
+            if not jobs:
+                for f, m, s in held:
+                    submit_runs(f, m, [s], block=True)
+                held.clear()
     results = [result(f, m, s) for f, m, s in order]
     complete = [r for r in results if r is not None]
     written = write_results(suite, complete, tuned, planned=len(order))

@@ -8,7 +8,9 @@ only when both finished, so a suite run again skips the runs that have one. A ru
 --ckpt_path`` resumes (the same result as a run never stopped); a checkpoint that cannot be read is set aside and the
 run starts again in a new version folder. A run folder records the sha256 of its inputs (:func:`run_sha256`: its
 config files, overrides, seed and tags); one left by other inputs (a config edited, a value tuned again) is moved
-aside to ``<folder>.stale<k>``, so that neither its result nor its checkpoint is taken for the new run's. Both
+aside to ``<folder>.stale<k>``, so that neither its result nor its checkpoint is taken for the new run's. A run
+is claimed by a lock beside its folder while it runs (:func:`execute`), so processes sharing a suite's output never
+run one run twice at once. Both
 commands run in one interpreter (:mod:`~fedhet.experiments.fit_test`), which pays the start-up of Python, torch and
 Lightning once per run, each with its own log (``fit.log``, ``test.log``).
 
@@ -33,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from filelock import FileLock, Timeout
 
 RESULT_FILE = "result.json"
 INPUTS_FILE = "inputs.sha256"
@@ -41,6 +44,10 @@ _log = logging.getLogger(__name__)
 
 class RunDivergedError(RuntimeError):
     """A run's fit stopped because too many clients' uploads went non-finite (``fedhet fit`` exit status 3)."""
+
+
+class RunHeldError(RuntimeError):
+    """Another process is running the run (it holds the lock beside the run folder)."""
 
 
 @dataclass(frozen=True)
@@ -325,13 +332,39 @@ def resume_point(folder: Path) -> tuple[Path, int] | None:
     return path, done
 
 
-def execute(spec: RunSpec) -> dict[str, Any]:
+def execute(spec: RunSpec, wait: bool = False) -> dict[str, Any]:
     """Run ``spec`` (fit, then test unless ``spec.test`` is false, in one process), write ``result.json``, return it.
 
+    A run is claimed by a lock beside its folder (``.seed<s>.lock``, ``flock``: released however its process ends)
+    for as long as this call runs it, so processes that share a suite's output (two ``fedhet compare`` of one suite,
+    on one machine or on machines whose shared file system has locks) never run one run at once. A run that finished
+    with ``spec``'s inputs while this call waited for it is not run again: its ``result.json`` is returned.
+
+    Args:
+        spec: the run.
+        wait: when another process holds the run, wait until it lets go (then return its result, or run it when
+            that process ended without one); ``False``: raise :class:`RunHeldError` at once.
+
     Raises:
+        RunHeldError: another process holds the run, and ``wait`` is false.
         RuntimeError: one line naming the command, the run folder and its log, when a command fails.
 
     """
+    spec.folder.parent.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(spec.folder.with_name(f".{spec.folder.name}.lock"), timeout=-1 if wait else 0)
+    try:
+        lock.acquire()
+    except Timeout:
+        raise RunHeldError(f"run folder '{spec.folder}' is being run by another process") from None
+    try:
+        finished = current_result(spec) if spec.test else None
+        return finished if finished is not None else _execute(spec)
+    finally:
+        lock.release()
+
+
+def _execute(spec: RunSpec) -> dict[str, Any]:
+    """:func:`execute`'s run, with the run claimed."""
     digest = run_sha256(spec)
     _set_aside_if_stale(spec, digest)
     spec.folder.mkdir(parents=True, exist_ok=True)
