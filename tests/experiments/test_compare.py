@@ -8,6 +8,7 @@ import statistics
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import optuna
 import pytest
@@ -16,7 +17,7 @@ from scipy import stats
 
 from fedhet.cli import main
 from fedhet.core.trials import open_storage
-from fedhet.experiments.compare import method_sha256, tuned_at_edges
+from fedhet.experiments.compare import method_sha256, tune_method, tuned_at_edges
 from fedhet.experiments.results import paired, table_rows
 from fedhet.experiments.suite import load_suite
 
@@ -195,6 +196,7 @@ def test_an_unknown_seed_or_method_is_one_line_exit_2(
         ({"baseline": "fedprox"}, "baseline"),
         ({"colour": 1}, "the file"),
         ({"tuning": {"trials": 3, "seeds": [1]}}, "tuning.seeds"),
+        ({"tuning": {"trials": 3, "random_trials": 0}}, "tuning.random_trials"),
         ({"federations": {"x": "missing.yaml"}}, "federations.x"),
         ({"results": ["a"]}, "results"),
     ],
@@ -276,3 +278,23 @@ def test_a_method_digest_follows_its_inputs_not_its_paths(tmp_path: Path) -> Non
     fewer = load_suite(_suite(tmp_path / "c", tuning={"trials": 2, "seeds": [100], "metric": "val/acc_mean"}))
     assert method_sha256(fewer, "digits", "fedrep") != method_sha256(here, "digits", "fedrep")
     assert method_sha256(fewer, "digits", "fedavg") == method_sha256(here, "digits", "fedavg")  # nothing to tune
+    tpe = load_suite(_suite(tmp_path / "d", tuning={"trials": 3, "seeds": [100], "random_trials": 2}))
+    assert tpe.tuning is not None
+    assert tpe.tuning.random_trials == 2
+    assert method_sha256(tpe, "digits", "fedrep") != method_sha256(here, "digits", "fedrep")
+
+
+def test_the_suite_sets_tpe_start_up_trials(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: dict[str, object] = {}
+
+    def fake_tune(*args: object, **kwargs: object) -> SimpleNamespace:
+        seen.update(kwargs)
+        return SimpleNamespace(best_overrides={"model.init_args.lr": 0.1})
+
+    monkeypatch.setattr("fedhet.experiments.tuning.tune", fake_tune)
+    suite = load_suite(_suite(tmp_path / "a", tuning={"trials": 6, "seeds": [100], "random_trials": 3}))
+    assert tune_method(suite, "digits", "fedrep") == {"model.init_args.lr": 0.1}
+    assert seen == {"random_trials": 3}
+    seen.clear()
+    tune_method(load_suite(_suite(tmp_path / "b")), "digits", "fedrep")
+    assert seen == {"random_trials": 10}  # Optuna's default

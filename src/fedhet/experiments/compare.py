@@ -54,15 +54,19 @@ def method_sha256(suite: Suite, federation: str, method: str) -> str:
     """The sha256 of what ``method``'s tuning on ``federation`` depends on.
 
     That is the method's and the federation's config files (their bytes), the method's fixed overrides, its search
-    space and the suite's tuning settings (budget, seeds, metric) when it has a search space; no path, so a suite
-    whose output folder moved keeps its studies and runs.
+    space and the suite's tuning settings (budget, seeds, metric, TPE's start-up trials) when it has a search space;
+    no path, so a suite whose output folder moved keeps its studies and runs.
     """
     spec, tuning = suite.methods[method], suite.tuning
+    settings = None
+    if spec.search is not None and tuning is not None:  # start-up trials only when set: older studies keep their names
+        start = [] if tuning.random_trials is None else [tuning.random_trials]
+        settings = [tuning.trials, tuning.seeds, tuning.metric, *start]
     return inputs_sha256(
         _configs(suite, federation, method),
         overrides=dict(spec.overrides),
         search=None if spec.search is None else repr(spec.search),
-        tuning=None if spec.search is None or tuning is None else [tuning.trials, tuning.seeds, tuning.metric],
+        tuning=settings,
     )
 
 
@@ -87,7 +91,7 @@ def tune_method(suite: Suite, federation: str, method: str) -> dict[str, Any]:
     A trial whose fit diverges (:class:`~fedhet.experiments.runs.RunDivergedError`) scores the worst value; any other
     failure stops the suite.
     """
-    from fedhet.experiments.tuning import TrialHandle, objective_value, tune
+    from fedhet.experiments.tuning import RANDOM_TRIALS, TrialHandle, objective_value, tune
 
     tuning, spec = suite.tuning, suite.methods[method]
     assert tuning is not None
@@ -122,6 +126,7 @@ def tune_method(suite: Suite, federation: str, method: str) -> dict[str, Any]:
         tuning.trials,
         tuning.storage,
         tuning.seeds[0],
+        random_trials=RANDOM_TRIALS if tuning.random_trials is None else tuning.random_trials,
     )
     return result.best_overrides
 

@@ -12,7 +12,7 @@
     seeds: [0, 1]
     baseline: fedavg
     metric: acc             # the test accuracy family compared: test/acc_mean, test/acc_weighted, test/acc_worst
-    tuning: {trials: 3, seeds: [100], storage: tuning.log, metric: val/acc_mean}
+    tuning: {trials: 3, seeds: [100], storage: tuning.log, metric: val/acc_mean}  # random_trials: TPE's start-up
     workers: 2              # runs at once (default: the CPU count)
     output: fedhet_runs/suites/smoke
     results: ../../results/smoke  # optional: where the table and figures go (default: output)
@@ -38,7 +38,7 @@ from fedhet.experiments.search_space import SearchSpace
 
 _TOP = {"name", "federations", "methods", "seeds", "baseline", "metric", "tuning", "workers", "output", "results"}
 _METHOD = {"config", "overrides", "search"}
-_TUNING = {"trials", "seeds", "storage", "metric"}
+_TUNING = {"trials", "seeds", "storage", "metric", "random_trials"}
 
 
 class SuiteError(ValueError):
@@ -70,6 +70,8 @@ class TuningSpec:
         seeds: the seeds each trial runs (never the final seeds).
         storage: the Optuna storage (a journal file or a database URL).
         metric: the validation metric maximised.
+        random_trials: TPE's start-up trials, drawn at random (``None``: Optuna's 10, so a study of 10 trials or
+            fewer is a seeded random search).
 
     """
 
@@ -77,6 +79,7 @@ class TuningSpec:
     seeds: list[int]
     storage: str
     metric: str
+    random_trials: int | None = None
 
 
 @dataclass(frozen=True)
@@ -172,7 +175,14 @@ def _tuning(path: Path, value: Any, seeds: list[int], output: Path) -> TuningSpe
         raise field_error(path, "tuning.storage", f"expected a journal file or a database URL, got {storage!r}")
     if "://" not in storage:
         storage = str(output / storage)
-    return TuningSpec(_positive(path, "tuning.trials", spec.get("trials", 10)), tuning_seeds, storage, metric)
+    random_trials = spec.get("random_trials")
+    return TuningSpec(
+        _positive(path, "tuning.trials", spec.get("trials", 10)),
+        tuning_seeds,
+        storage,
+        metric,
+        None if random_trials is None else _positive(path, "tuning.random_trials", random_trials),
+    )
 
 
 def load_suite(path: str | Path) -> Suite:

@@ -57,6 +57,7 @@ if TYPE_CHECKING:
     from fedhet.callbacks.pruning import OptunaPruning
 
 __all__ = [
+    "RANDOM_TRIALS",
     "SOURCE_VALIDATION_METRIC",
     "SearchSpace",
     "TrialHandle",
@@ -68,6 +69,9 @@ __all__ = [
 
 SOURCE_VALIDATION_METRIC = "val/source_acc_mean"
 """Domain adaptation's tuning criterion: mean validation accuracy over the labelled source clients (FedDaDiL)."""
+
+RANDOM_TRIALS = 10
+"""TPE's start-up trials, drawn at random before it models the others (Optuna's default)."""
 
 OVERRIDES_ATTR = "fedhet_overrides"
 OWNER_ATTR = "fedhet_owner"
@@ -319,7 +323,7 @@ def tune(
     seed: int,
     direction: str = "maximize",
     *,
-    random_trials: int = 10,
+    random_trials: int = RANDOM_TRIALS,
     pruner_startup_trials: int = 5,
     warmup_rounds: int = 1,
 ) -> TuningResult:
