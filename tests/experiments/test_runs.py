@@ -158,6 +158,9 @@ def test_config_files_named_in_a_config_count_with_their_bytes(tmp_path: Path, m
     plain.write_text("model: {init_args: {name: not_a_file.yaml, lr: 0.1}}\n")
     assert named_configs([Path("step2.yaml")]) == [Path("step1.yaml"), Path("extra.yml")]  # in turn, each once
     assert named_configs([plain]) == []
+    Path("broken.yaml").write_text("model: [unclosed\n")
+    Path("names_broken.yaml").write_text("model: {init_args: {encoder_config: broken.yaml}}\n")
+    assert named_configs([Path("names_broken.yaml")]) == [Path("broken.yaml")]  # its bytes count; not read further
     assert named_configs([plain], {"overrides": {"model.init_args.encoder_config": "step1.yaml"}}) == [
         Path("step1.yaml"),
         Path("extra.yml"),

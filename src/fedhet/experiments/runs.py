@@ -229,10 +229,17 @@ def named_configs(configs: Sequence[Path], values: Any = None) -> list[Path]:
 
     E.g. FedDaDiL's ``encoder_config``, the step-1 run whose checkpoint step 2 reads. A value names a file when it
     is a string ending in ``.yaml`` or ``.yml`` that is a file, relative to the working directory as ``fedhet fit``
-    reads it; ``configs`` themselves are not listed.
+    reads it; ``configs`` themselves are not listed. A file that is not valid YAML counts with its bytes alone (the
+    fit that reads it refuses it).
     """
     seen = {Path(config).resolve() for config in configs}
     found: list[Path] = []
+
+    def read(path: Path) -> Any:
+        try:
+            return yaml.safe_load(path.read_text())
+        except (UnicodeDecodeError, yaml.YAMLError):
+            return None
 
     def walk(node: Any) -> None:
         if isinstance(node, Mapping):
@@ -246,11 +253,11 @@ def named_configs(configs: Sequence[Path], values: Any = None) -> list[Path]:
             if path.resolve() not in seen:
                 seen.add(path.resolve())
                 found.append(path)
-                walk(yaml.safe_load(path.read_text()))
+                walk(read(path))
 
     walk(values)
     for config in configs:
-        walk(yaml.safe_load(Path(config).read_text()))
+        walk(read(Path(config)))
     return found
 
 
