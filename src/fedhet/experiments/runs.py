@@ -22,6 +22,7 @@ differences between methods on one seed are paired.
 from __future__ import annotations
 
 import csv
+import functools
 import hashlib
 import json
 import logging
@@ -29,7 +30,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -224,40 +225,55 @@ def load_result(folder: Path) -> dict[str, Any] | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
+def _yaml_names(node: Any) -> Iterator[str]:
+    """The strings ending in ``.yaml`` or ``.yml`` among the values of a loaded YAML tree, in order."""
+    if isinstance(node, Mapping):
+        for value in node.values():
+            yield from _yaml_names(value)
+    elif isinstance(node, (list, tuple)):
+        for value in node:
+            yield from _yaml_names(value)
+    elif isinstance(node, str) and node.endswith((".yaml", ".yml")):
+        yield node
+
+
+@functools.lru_cache(maxsize=256)
+def _names_in_file(path: Path, stamp: tuple[int, int]) -> tuple[str, ...]:
+    """:func:`_yaml_names` of a YAML file, parsed once per version of it (``stamp``: its mtime and size)."""
+    try:
+        return tuple(_yaml_names(yaml.safe_load(path.read_text())))
+    except (UnicodeDecodeError, yaml.YAMLError):
+        return ()
+
+
+def _names_in(path: Path) -> tuple[str, ...]:
+    stat = path.stat()
+    return _names_in_file(path.resolve(), (stat.st_mtime_ns, stat.st_size))
+
+
 def named_configs(configs: Sequence[Path], values: Any = None) -> list[Path]:
     """The YAML files that ``configs`` and ``values`` name as values, and those these name in turn, each once.
 
     E.g. FedDaDiL's ``encoder_config``, the step-1 run whose checkpoint step 2 reads. A value names a file when it
     is a string ending in ``.yaml`` or ``.yml`` that is a file, relative to the working directory as ``fedhet fit``
     reads it; ``configs`` themselves are not listed. A file that is not valid YAML counts with its bytes alone (the
-    fit that reads it refuses it).
+    fit that reads it refuses it). Each file is parsed once per process and version (a suite asks for the digests
+    of the same few configs for every run).
     """
     seen = {Path(config).resolve() for config in configs}
     found: list[Path] = []
 
-    def read(path: Path) -> Any:
-        try:
-            return yaml.safe_load(path.read_text())
-        except (UnicodeDecodeError, yaml.YAMLError):
-            return None
-
-    def walk(node: Any) -> None:
-        if isinstance(node, Mapping):
-            for value in node.values():
-                walk(value)
-        elif isinstance(node, (list, tuple)):
-            for value in node:
-                walk(value)
-        elif isinstance(node, str) and node.endswith((".yaml", ".yml")) and Path(node).is_file():
-            path = Path(node)
-            if path.resolve() not in seen:
+    def follow(names: Iterable[str]) -> None:
+        for name in names:
+            path = Path(name)
+            if path.is_file() and path.resolve() not in seen:
                 seen.add(path.resolve())
                 found.append(path)
-                walk(read(path))
+                follow(_names_in(path))
 
-    walk(values)
+    follow(_yaml_names(values))
     for config in configs:
-        walk(read(Path(config)))
+        follow(_names_in(Path(config)))
     return found
 
 
