@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import csv
+import importlib
+import inspect
 import math
 import statistics
 import subprocess
@@ -298,3 +300,35 @@ def test_the_suite_sets_tpe_start_up_trials(tmp_path: Path, monkeypatch: pytest.
     seen.clear()
     tune_method(load_suite(_suite(tmp_path / "b")), "digits", "fedrep")
     assert seen == {"random_trials": 10}  # Optuna's default
+
+
+SHIPPED_SUITES = sorted([*SMOKE.parent.glob("*.yaml"), *(SMOKE.parents[2] / "benchmarks" / "suites").glob("*.yaml")])
+
+
+@pytest.mark.parametrize("path", SHIPPED_SUITES, ids=lambda p: f"{p.parents[1].name}/{p.stem}")
+def test_every_shipped_suite_loads_and_sets_only_arguments_its_models_take(path: Path) -> None:
+    """A typo in a shipped suite (a missing config, ``atom_sise``) fails here, not hours into its first run."""
+    suite = load_suite(path)
+    assert suite.name == path.stem
+    for name, method in suite.methods.items():
+        keys = [*method.overrides, *(method.search.params if method.search else ())]
+        model = yaml.safe_load(Path(method.config).read_text())["model"]["class_path"]
+        module, _, attr = model.rpartition(".")
+        accepted = _init_arguments(getattr(importlib.import_module(module), attr))
+        for key in keys:
+            if key.startswith("model.init_args."):
+                argument = key.removeprefix("model.init_args.").split(".")[0]
+                assert argument in accepted, f"{path.name}: {name} sets {key}, which {model} does not take"
+
+
+def _init_arguments(cls: type) -> set[str]:
+    """The keyword arguments ``cls(...)`` takes, following ``**kwargs`` up the MRO as jsonargparse does."""
+    accepted: set[str] = set()
+    for klass in cls.__mro__:
+        if "__init__" not in vars(klass):
+            continue
+        parameters = inspect.signature(klass.__init__).parameters.values()
+        accepted |= {p.name for p in parameters if p.kind is not inspect.Parameter.VAR_KEYWORD}
+        if all(p.kind is not inspect.Parameter.VAR_KEYWORD for p in parameters):
+            return accepted
+    raise AssertionError(f"{cls.__name__} passes **kwargs to every base class")
