@@ -19,9 +19,9 @@ from scipy import stats
 
 from fedhet.cli import main
 from fedhet.core.trials import open_storage
-from fedhet.experiments.compare import method_sha256, tune_method, tuned_at_edges
+from fedhet.experiments.compare import check_command_lines, method_sha256, tune_method, tuned_at_edges
 from fedhet.experiments.results import paired, table_rows
-from fedhet.experiments.suite import load_suite
+from fedhet.experiments.suite import SuiteError, load_suite
 
 SMOKE = Path(__file__).resolve().parents[2] / "configs" / "suites" / "smoke.yaml"
 
@@ -332,3 +332,42 @@ def _init_arguments(cls: type) -> set[str]:
         if all(p.kind is not inspect.Parameter.VAR_KEYWORD for p in parameters):
             return accepted
     raise AssertionError(f"{cls.__name__} passes **kwargs to every base class")
+
+
+def test_a_command_line_fedhet_fit_refuses_stops_the_suite_before_anything_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A misspelt override and a search range of the wrong type: one line naming both, exit 2, nothing run."""
+    suite = yaml.safe_load(_suite(tmp_path).read_text())
+    suite["methods"]["fedavg"]["overrides"]["model.init_args.finetune_epoch"] = 1
+    suite["methods"]["fedrep"]["search"]["trainer.rounds"] = {"type": "float", "low": 1.5, "high": 2.0}
+    path = tmp_path / "suite.yaml"
+    path.write_text(yaml.safe_dump(suite))
+    with pytest.raises(SystemExit) as exit_info:
+        main(["compare", "-c", str(path)])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert err.startswith(f"fedhet compare: error: suite file '{path}': methods: fedhet fit refuses ")
+    assert "fedavg on digits: model.init_args.finetune_epoch: fedhet.modules.FedAvg has no such option" in err
+    assert "fedrep on digits: trainer.rounds: expected an int, got '1.5'" in err
+    assert not (tmp_path / "out").exists()  # no run, no tuning trial, no folder
+
+
+def test_command_lines_are_checked_with_both_ends_of_every_range_and_the_tuned_values(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the check parses: each searched method at its ranges' ends, the others with their tuned values."""
+    suite = load_suite(_suite(tmp_path))  # fedrep searches lr over 0.01-0.3; fedavg has no search space
+    seen: list[list[str]] = []
+    monkeypatch.setattr("fedhet.experiments.preflight.check_commands", lambda c: seen.extend(c) or [None] * len(c))
+    check_command_lines(suite, [("digits", "fedavg"), ("digits", "fedrep")], {"digits/fedavg": {"trainer.rounds": 5}})
+    assert [a[0] for a in seen] == ["fit"] * 3
+    assert "--trainer.rounds=5" in seen[0]
+    assert [[a for a in args if a.startswith("--model.init_args.lr=")] for args in seen[1:]] == [
+        ["--model.init_args.lr=0.01"],
+        ["--model.init_args.lr=0.3"],
+    ]
+    monkeypatch.setattr("fedhet.experiments.preflight.check_commands", lambda c: ["x: no such option"] * len(c))
+    with pytest.raises(SuiteError, match=r"methods: fedhet fit refuses fedavg on digits: x: no such option; fedrep"):
+        check_command_lines(suite, [("digits", "fedavg"), ("digits", "fedrep")], {})

@@ -4,6 +4,9 @@ Runs go ``workers`` at a time, each a ``fedhet fit`` and a ``fedhet test`` in on
 (:func:`~fedhet.experiments.runs.execute`); a run whose ``result.json`` came from its current inputs is skipped, so a
 suite stopped half-way goes on where it stopped, a stopped run from its last checkpoint. ``--seeds`` and ``--methods``
 run part of a suite (a long suite in parts); a table written before every run has finished says which runs it covers.
+Before anything runs, the command line of every method with work left is parsed as ``fedhet fit`` parses it
+(:mod:`~fedhet.experiments.preflight`), so an option its class does not take stops the suite at once, not when that
+method's first run starts.
 A method with a search space is first tuned per federation on the tuning seeds (:func:`~fedhet.experiments.tuning.tune`,
 validation only, pruned through the study's storage), and its final runs use the chosen values (``tuned.yaml``). The
 study is named after the sha256 of what the tuning depends on (:func:`method_sha256`: the method's and the
@@ -36,6 +39,7 @@ from fedhet.experiments.runs import (
     RunDivergedError,
     RunHeldError,
     RunSpec,
+    arguments,
     current_result,
     execute,
     inputs_sha256,
@@ -129,6 +133,32 @@ def tune_method(suite: Suite, federation: str, method: str) -> dict[str, Any]:
         random_trials=RANDOM_TRIALS if tuning.random_trials is None else tuning.random_trials,
     )
     return result.best_overrides
+
+
+def check_command_lines(suite: Suite, pairs: Sequence[tuple[str, str]], tuned: Mapping[str, Mapping[str, Any]]) -> None:
+    """Parse the ``fedhet fit`` command line of every (federation, method) in ``pairs`` before anything runs.
+
+    A method with a search space is checked with the values of :meth:`SearchSpace.examples
+    <fedhet.experiments.search_space.SearchSpace.examples>` (both ends of every range, every choice), one without
+    with its tuned values (``tuned``, ``<federation>/<method> -> overrides``), through
+    :func:`~fedhet.experiments.preflight.check_commands`.
+
+    Raises:
+        SuiteError: one line naming each method and federation whose command line ``fedhet fit`` refuses, and why.
+
+    """
+    from fedhet.experiments.preflight import check_commands
+
+    labels, commands = [], []
+    for federation, method in pairs:
+        search = suite.methods[method].search
+        for values in search.examples() if search else [tuned.get(f"{federation}/{method}", {})]:
+            labels.append(f"{method} on {federation}")
+            commands.append(arguments(run_spec(suite, federation, method, suite.seeds[0], values), "fit"))
+    errors = check_commands(commands)
+    refused = dict.fromkeys(f"{label}: {error}" for label, error in zip(labels, errors, strict=True) if error)
+    if refused:
+        raise field_error(suite.path, "methods", f"fedhet fit refuses {'; '.join(refused)}")
 
 
 def git_commit(folder: Path) -> str:
@@ -239,7 +269,9 @@ def compare(
 
     Raises:
         RuntimeError: when a run fails (its log is named); runs finished before it keep their ``result.json``.
-        SuiteError: when ``seeds`` or ``methods`` names one the suite does not have.
+        SuiteError: when ``seeds`` or ``methods`` names one the suite does not have, or when ``fedhet fit`` refuses
+            the command line of a method that has runs or a tuning to do (:func:`check_command_lines`), before
+            anything runs.
 
     """
     for flag, chosen, known in (("--seeds", seeds, suite.seeds), ("--methods", methods, list(suite.methods))):
@@ -247,7 +279,6 @@ def compare(
         if unknown:
             raise field_error(suite.path, flag, f"{unknown} not among the suite's {flag[2:]} {known}")
     chosen_methods = set(suite.methods if methods is None else methods)
-    suite.output.mkdir(parents=True, exist_ok=True)
     tuned_path = suite.output / TUNED_FILE
     tuned = read_tuned(suite)
     order = [(f, m, s) for f in suite.federations for m in suite.methods for s in suite.seeds]
@@ -263,8 +294,10 @@ def compare(
 
     from rich.progress import Progress
 
-    bar = Progress(disable=progress is not None, transient=False)
     counted = {pair: todo(*pair) for pair in pairs}  # with the values tuned so far; a new tuning may add runs
+    check_command_lines(suite, [pair for pair in pairs if pair in to_tune or counted[pair]], tuned)
+    suite.output.mkdir(parents=True, exist_ok=True)
+    bar = Progress(disable=progress is not None, transient=False)
     total = sum(map(len, counted.values())) + len(to_tune)
     task = bar.add_task(f"suite {suite.name}", total=total)
 

@@ -180,6 +180,32 @@ class SearchSpace:
                 edges[key] = "high"
         return edges
 
+    def examples(self) -> list[dict[str, Any]]:
+        """Override sets that between them hold both ends of every range and every categorical choice.
+
+        Set *i* takes each range's low end for even *i* and its high end for odd *i*, and each categorical's choice
+        *i* (cycling): enough sets to check every value's type before a tuner draws it.
+
+        Example:
+            >>> lr = {"type": "float", "low": 0.01, "high": 0.5}
+            >>> space = SearchSpace.parse({"lr": lr, "opt": {"type": "categorical", "choices": ["a", "b", "c"]}}, "x")
+            >>> space.examples()
+            [{'lr': 0.01, 'opt': 'a'}, {'lr': 0.5, 'opt': 'b'}, {'lr': 0.01, 'opt': 'c'}]
+
+        """
+        count = max([2, *(len(d.choices) for d in self.params.values() if isinstance(d, Categorical))])
+        sets = []
+        for i in range(count):
+            sets.append(
+                {
+                    key: dist.choices[i % len(dist.choices)]
+                    if isinstance(dist, Categorical)
+                    else (dist.low if i % 2 == 0 else dist.high)
+                    for key, dist in self.params.items()
+                }
+            )
+        return sets
+
     def suggest(self, trial: optuna.Trial) -> dict[str, Any]:
         """Draw one value per key from ``trial`` (its sampler decides): the trial's config overrides.
 
