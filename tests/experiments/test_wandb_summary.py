@@ -116,8 +116,7 @@ def _offline_runs(save_dir: Path) -> list[Any]:
     """The run record and history of every finished offline run under ``save_dir`` (one per run folder)."""
     runs = []
     for folder in sorted(Path(save_dir, "wandb").glob("offline-run-*")):
-        (path,) = folder.glob("run-*.wandb")
-        records = test_wandb.read_records(path)
+        records = test_wandb.finished_records(folder)  # the summary run, this process's, may still be flushing
         (run,) = [r.run for r in records if r.WhichOneof("record_type") == "run"]
         runs.append((run, test_wandb.history(records)))
     return runs

@@ -84,14 +84,19 @@ def config(records):
 
 
 def finished_run_records(save_dir, timeout=60.0):
-    """The records of the one offline run under ``save_dir``, once wandb has written its exit record.
+    """The records of the one offline run under ``save_dir``, once wandb has written its exit record."""
+    (run_dir,) = Path(save_dir, "wandb").glob("offline-run-*")
+    return finished_records(run_dir, timeout)
+
+
+def finished_records(run_dir, timeout=60.0):
+    """The records of the offline run in ``run_dir`` (an ``offline-run-*`` folder), once its exit record is written.
 
     ``wandb.finish()`` returns before wandb-core has flushed an offline run file, so wait for it.
     """
     deadline = time.monotonic() + timeout
     while True:
-        (run_dir,) = Path(save_dir, "wandb").glob("offline-run-*")
-        paths = list(run_dir.glob("run-*.wandb"))
+        paths = list(Path(run_dir).glob("run-*.wandb"))
         try:
             records = read_records(paths[0]) if len(paths) == 1 else []
         except (AssertionError, struct.error):  # caught mid-write
