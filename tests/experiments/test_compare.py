@@ -54,6 +54,14 @@ def _test_metric(run: Path, key: str) -> float:
     raise AssertionError(f"no {key} under {run}")
 
 
+def _exit_2(path: Path, capsys: pytest.CaptureFixture[str], *flags: str) -> str:
+    """``fedhet compare -c path *flags``, which must exit with status 2: its standard error."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(["compare", "-c", str(path), *flags])
+    assert exit_info.value.code == 2
+    return capsys.readouterr().err.strip()
+
+
 def _stamps(out: Path) -> dict[Path, float]:
     return {p: p.stat().st_mtime_ns for p in (out / "runs").rglob("result.json")}
 
@@ -184,10 +192,7 @@ def test_an_unknown_seed_or_method_is_one_line_exit_2(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], flag: str, values: list[str], problem: str
 ) -> None:
     path = _suite(tmp_path)
-    with pytest.raises(SystemExit) as exit_info:
-        main(["compare", "-c", str(path), flag, *values])
-    assert exit_info.value.code == 2
-    err = capsys.readouterr().err.strip()
+    err = _exit_2(path, capsys, flag, *values)
     assert err == f"fedhet compare: error: suite file '{path}': {flag}: {problem}"
     assert not (tmp_path / "out").exists()
 
@@ -207,10 +212,7 @@ def test_bad_suite_is_one_line_exit_2(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], changes: dict[str, object], field: str
 ) -> None:
     path = _suite(tmp_path, **changes)
-    with pytest.raises(SystemExit) as exit_info:
-        main(["compare", "-c", str(path)])
-    assert exit_info.value.code == 2
-    err = capsys.readouterr().err.strip()
+    err = _exit_2(path, capsys)
     assert len(err.splitlines()) == 1
     assert err.startswith(f"fedhet compare: error: suite file '{path}': {field}:")
     assert not (tmp_path / "out").exists()
@@ -343,10 +345,7 @@ def test_a_command_line_fedhet_fit_refuses_stops_the_suite_before_anything_runs(
     suite["methods"]["fedrep"]["search"]["trainer.rounds"] = {"type": "float", "low": 1.5, "high": 2.0}
     path = tmp_path / "suite.yaml"
     path.write_text(yaml.safe_dump(suite))
-    with pytest.raises(SystemExit) as exit_info:
-        main(["compare", "-c", str(path)])
-    assert exit_info.value.code == 2
-    err = capsys.readouterr().err.strip()
+    err = _exit_2(path, capsys)
     assert len(err.splitlines()) == 1
     assert err.startswith(f"fedhet compare: error: suite file '{path}': methods: fedhet fit refuses ")
     assert "fedavg on digits: model.init_args.finetune_epoch: fedhet.modules.FedAvg has no such option" in err

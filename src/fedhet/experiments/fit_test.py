@@ -39,7 +39,7 @@ def _end_of_command() -> None:
         wandb.finish()
 
 
-def _run(args: Sequence[str]) -> None:
+def run_fedhet(args: Sequence[str]) -> None:
     """Run one ``fedhet`` command as ``python -m fedhet`` would; a failure ends this process with its exit status."""
     sys.argv = [sys.argv[0], *args]  # run_module sets sys.argv[0] to fedhet/__main__.py, as -m does
     try:
@@ -56,10 +56,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     if len(argv) != 1:
         sys.exit("usage: python -m fedhet.experiments.fit_test PLAN (JSON: fit, test and test_log)")
     plan = json.loads(argv[0])
-    _run(plan["fit"])
+    run_fedhet(plan["fit"])
     if plan.get("test") is not None:
         _redirect(plan["test_log"])
-        _run(plan["test"])
+        run_fedhet(plan["test"])
 
 
 if __name__ == "__main__":

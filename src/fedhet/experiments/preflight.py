@@ -18,7 +18,6 @@ import contextlib
 import io
 import json
 import re
-import runpy
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -59,16 +58,15 @@ def check_commands(commands: Sequence[Sequence[str]]) -> list[str | None]:
 
 def _parse(args: Sequence[str]) -> str | None:
     """``None`` when ``fedhet <args> --print_config`` parses, else its error's first line without the program name."""
+    from fedhet.experiments.fit_test import run_fedhet
+
     said = io.StringIO()
-    sys.argv = [sys.argv[0], *args, "--print_config"]  # as fit_test runs a command: ``python -m fedhet`` in-process
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(said):
         try:
-            runpy.run_module("fedhet", run_name="__main__", alter_sys=True)
+            run_fedhet([*args, "--print_config"])
             return None
         except SystemExit as stop:
-            code = stop.code
-    if code in (None, 0):
-        return None
+            code = stop.code  # run_fedhet returns on a zero status, so this is a refusal
     text = code if isinstance(code, str) else said.getvalue()  # sys.exit(line), or a usage error on stderr
     lines = [line for line in text.splitlines() if line.strip()]
     error = next((line for line in lines if _PREFIX.match(line)), lines[0] if lines else "")  # not a warning
