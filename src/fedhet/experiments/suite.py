@@ -27,18 +27,19 @@ by the one command while the runs stay out of it.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from fedhet.experiments.bounded_yaml import YAMLInputError, read_bounded_yaml
 from fedhet.experiments.search_space import SearchSpace
 
 _TOP = {"name", "federations", "methods", "seeds", "baseline", "metric", "tuning", "workers", "output", "results"}
 _METHOD = {"config", "overrides", "search"}
 _TUNING = {"trials", "seeds", "storage", "metric", "random_trials"}
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9_.-]+")
 
 
 class SuiteError(ValueError):
@@ -138,6 +139,15 @@ def _seeds(path: Path, where: str, value: Any) -> list[int]:
     return list(value)
 
 
+def _name(path: Path, where: str, value: Any) -> str:
+    """A suite's, method's or federation's name (it names a folder): letters, digits, ``-``, ``_``, ``.``; no ``..``."""
+    if not isinstance(value, str) or not _PLAIN_NAME.fullmatch(value) or ".." in value or value == ".":
+        raise field_error(
+            path, where, f"{value!r} is not a plain name (letters, digits, '-', '_', '.'; no '..'): it names a folder"
+        )
+    return value
+
+
 def _positive(path: Path, where: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise field_error(path, where, f"expected a positive integer, got {value!r}")
@@ -189,30 +199,33 @@ def load_suite(path: str | Path) -> Suite:
     """Read and check a suite file.
 
     Raises:
-        SuiteError: one line naming the file and the field: an unknown key, a missing file, a baseline that is not a
-            method, tuning seeds among the final seeds, a malformed search space.
+        SuiteError: one line naming the file (and the field): a file that is not UTF-8 or not YAML, nested too deep or
+            whose aliases expand too far (:func:`~fedhet.experiments.bounded_yaml.read_bounded_yaml`), an unknown key,
+            a name that is not a plain name (it becomes a folder), a missing file, a baseline that is not a method,
+            tuning seeds among the final seeds, a malformed search space.
 
     """
     path = Path(path).resolve()
     if not path.is_file():
         raise SuiteError(f"suite file '{path}': no such file")
     try:
-        raw = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as err:
-        raise SuiteError(f"suite file '{path}': not YAML: {' '.join(str(err).split())}") from None
+        raw = read_bounded_yaml(path)
+    except YAMLInputError as err:
+        raise SuiteError(f"suite file '{path}': {err.problem}") from None
     top = _mapping(path, "the file", raw, _TOP)
     for key in ("name", "methods", "seeds", "baseline"):
         if key not in top:
             raise field_error(path, key, "missing")
-    name = top["name"]
-    if not isinstance(name, str) or not name or "/" in name:
-        raise field_error(path, "name", f"expected a name without '/', got {name!r}")
+    name = _name(path, "name", top["name"])
     federations_raw = top.get("federations") or {"default": None}
     federations = {
-        str(fed): None if cfg is None else _file(path, f"federations.{fed}", cfg)
+        _name(path, "federations", fed): None if cfg is None else _file(path, f"federations.{fed}", cfg)
         for fed, cfg in _mapping(path, "federations", federations_raw).items()
     }
-    methods = {str(m): _method(path, str(m), spec) for m, spec in _mapping(path, "methods", top["methods"]).items()}
+    methods = {
+        _name(path, "methods", m): _method(path, str(m), spec)
+        for m, spec in _mapping(path, "methods", top["methods"]).items()
+    }
     seeds = _seeds(path, "seeds", top["seeds"])
     baseline = top["baseline"]
     if baseline not in methods:
