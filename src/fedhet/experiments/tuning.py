@@ -23,14 +23,16 @@ a journal file that processes on one machine, or on machines sharing a file syst
 counting and starting a trial happen under a lock beside the file (Optuna's symbolic-link lock, safe on NFS). With a
 database server, processes that start trials at the same moment may start one each beyond the budget; such a trial
 is recorded as failed, with the user attribute ``fedhet_surplus``, and never run. A trial left running by a process
-that was killed is marked failed (and no longer counted) when a process on the same machine joins the study.
+that was killed is marked failed (and no longer counted) when a process on the same machine joins the study; its
+owner is named by host, pid and the process's start time (:mod:`~fedhet.experiments.trial_owner`), so a pid reused
+by another process does not keep it alive. A journal whose last record a killed process left half-written is repaired
+when a study opens it, and one damaged elsewhere is refused naming the file and the line
+(:mod:`~fedhet.experiments.journal`).
 """
 
 from __future__ import annotations
 
 import math
-import os
-import socket
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
@@ -51,7 +53,9 @@ from fedhet.core.trials import (
     open_storage,
     trial_id,
 )
+from fedhet.experiments.journal import repair_journal
 from fedhet.experiments.search_space import SearchSpace
+from fedhet.experiments.trial_owner import OWNER_ATTR, owner_token, release_dead_trials
 
 if TYPE_CHECKING:
     from fedhet.callbacks.pruning import OptunaPruning
@@ -74,7 +78,6 @@ RANDOM_TRIALS = 10
 """TPE's start-up trials, drawn at random before it models the others (Optuna's default)."""
 
 OVERRIDES_ATTR = "fedhet_overrides"
-OWNER_ATTR = "fedhet_owner"
 SURPLUS_ATTR = "fedhet_surplus"
 _COUNTED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, TrialState.WAITING)
 
@@ -250,29 +253,6 @@ def _lock(storage: str | None) -> Callable[[], AbstractContextManager[None]]:
     return lambda: _symlink_lock(path)
 
 
-def _owner() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _release_dead_trials(study: optuna.Study) -> None:
-    """Mark failed this machine's running trials whose process is gone (a killed tuner's): they stop counting."""
-    host = socket.gethostname()
-    for frozen in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        owner_host, _, pid = str(frozen.user_attrs.get(OWNER_ATTR, "")).rpartition(":")
-        if owner_host == host and pid.isdigit() and not _alive(int(pid)):
-            study.tell(frozen.number, state=TrialState.FAIL)
-
-
 @contextmanager
 def _quiet_optuna() -> Iterator[None]:
     """Optuna's per-trial INFO lines off while tuning (fedhet's runs print their own progress)."""
@@ -292,7 +272,7 @@ def _start_trial(
         if len(study.get_trials(deepcopy=False, states=_COUNTED)) >= n_trials:
             return None
         trial = study.ask()
-        trial.set_user_attr(OWNER_ATTR, _owner())
+        trial.set_user_attr(OWNER_ATTR, owner_token())
     earlier = [t for t in study.get_trials(deepcopy=False, states=_COUNTED) if t.number < trial.number]
     if len(earlier) >= n_trials:  # started at the same moment as another process's last trial (database server)
         trial.set_user_attr(SURPLUS_ATTR, True)
@@ -354,6 +334,8 @@ def tune(
     Raises:
         ValueError: for a bad budget or direction, a study created with another direction or pruner, or when no trial
             completed.
+        JournalDamagedError: when the journal file holds an unreadable record before its last line
+            (:func:`~fedhet.experiments.journal.repair_journal`).
 
     """
     if n_trials < 1:
@@ -365,6 +347,8 @@ def tune(
     lock = _lock(storage)
     with _quiet_optuna():
         with lock():
+            if storage is not None and storage.endswith(JOURNAL_SUFFIXES):
+                repair_journal(storage)
             study = optuna.create_study(
                 study_name=study_name,
                 storage=open_storage(storage),
@@ -381,7 +365,7 @@ def tune(
                 study.set_user_attr(PRUNER_ATTR, settings)
             elif stored != settings:
                 raise ValueError(f"tuning: study '{study_name}' was created with pruner {stored}, not {settings}")
-            _release_dead_trials(study)
+            release_dead_trials(study)
         while (trial := _start_trial(study, n_trials, lock)) is not None:
             study.sampler = optuna.samplers.TPESampler(  # constant liar: running trials' points are not drawn again
                 n_startup_trials=random_trials,
