@@ -42,7 +42,7 @@ MEASURED: dict[str, tuple[str, ...]] = {
     "engine_overhead_ablation": ("src/fedhet/plugins", "src/fedhet/datamodules", "src/fedhet/modules"),
     "engine_overhead_profile": ("src/fedhet/plugins", "src/fedhet/datamodules", "src/fedhet/modules"),
     "describe_federations": ("src/fedhet/datamodules", "configs"),
-    "collective_latency": ("src/fedhet/plugins/shared_memory.py",),
+    "collective_latency": ("src/fedhet/plugins/processes/shared_memory.py",),
     "stacked_cnn_step": ("src/fedhet/modules/fedpac_nets.py", "src/fedhet/functional/stacking.py"),
     "stacked_methods": ("src/fedhet", "benchmarks/_fedpac_recipes.py"),  # --fedpac-scale: those recipes
     "fedpac_qp": ("src/fedhet", "benchmarks/_fedpac_recipes.py"),

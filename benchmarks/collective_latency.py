@@ -1,13 +1,13 @@
 """Latency of one gather's synchronisation between 2 CPU processes: a gloo ``all_gather`` against the control block.
 
 What is compared:
-    Each gather of ``fedhet.plugins.distributed.gather_objects`` first tells every process where the others' packed
-    objects are (two integers each: length and shared-memory segment). Two ways, in the same 2 forked processes:
+    Each gather of ``fedhet.plugins.processes.distributed.gather_objects`` first tells every process where the others'
+    packed objects are (two integers each: length and shared-memory segment). Two ways, in the same 2 forked processes:
 
     * **gloo**: ``torch.distributed.all_gather`` of a 2-element ``int64`` tensor over the process group (loopback TCP),
       as fedhet did before and still does where stores may be seen out of order (not x86-64);
-    * **control block**: ``SharedSegments.exchange`` (``fedhet.plugins.shared_memory``): each process writes its two
-      integers and the gather's number into a shared-memory block and polls the other's number.
+    * **control block**: ``SharedSegments.exchange`` (``fedhet.plugins.processes.shared_memory``): each process writes
+      its two integers and the gather's number into a shared-memory block and polls the other's number.
 
     Each side runs ``--calls`` gathers back to back (``idle``), then ``--calls`` gathers each after ``--busy-ms`` of
     matrix products in both processes (``after compute``, as a round's gathers follow the clients' training: the two
@@ -39,7 +39,7 @@ import torch
 import torch.distributed as dist
 
 from _common import environment, write_table
-from fedhet.plugins.shared_memory import SharedSegments, ordered_stores, shared_memory_available
+from fedhet.plugins.processes.shared_memory import SharedSegments, ordered_stores, shared_memory_available
 
 COLUMNS = {
     "transport": "transport",

@@ -7,8 +7,8 @@ What is compared:
       callback reads the process CPU clock at each round's start and end and adds up the steps the clients report
       (one hook per round).
     * **fedhet stacked**: the same ``fit`` with ``stack_clients=--stack`` (default 64): the clients of a round train
-      in stacks of up to that many at once (``fedhet.plugins.stacked``, ``torch.func.vmap``), grouped by their number
-      of steps (2, 3 or 4 here), with the same batches as the sequential path.
+      in stacks of up to that many at once (``fedhet.plugins.clients.stacked``, ``torch.func.vmap``), grouped by their
+      number of steps (2, 3 or 4 here), with the same batches as the sequential path.
     * **reference**: the least work any FedAvg must do, written in plain PyTorch in the same process as a strong
       engineer would write it. One ``nn.Module`` of the same architecture (flatten, ``Linear(32, 64)``, ReLU,
       ``Linear(64, 10)``, with the same parameter names) and one ``torch.optim.SGD`` serve every client (plain SGD
@@ -68,8 +68,8 @@ How time is measured:
     ``torch.set_num_threads(--threads)`` (default 1) keeps the numbers stable. Nothing is asserted.
 
     Both sides run under the same C allocator settings, set before either runs: by default glibc keeps freed memory
-    in the heap (fedhet's ``retain_cpu_heap``, :mod:`fedhet.plugins.heap`); ``--system-malloc`` leaves glibc's own
-    thresholds for both (and ``retain_cpu_heap=False``). With glibc's own, the CNN workload's steps fault pages in
+    in the heap (fedhet's ``retain_cpu_heap``, :mod:`fedhet.plugins.processes.heap`); ``--system-malloc`` leaves glibc's
+    own thresholds for both (and ``retain_cpu_heap=False``). With glibc's own, the CNN workload's steps fault pages in
     again after every trim of the heap (up to 1,400 faults per step) and the two sides' times depend on each one's
     allocation history more than on their work; the results footer says which setting ran.
     ``engine_overhead_profile.py`` breaks fedhet's time down by call.
@@ -111,7 +111,7 @@ from torch.func import functional_call, vmap
 
 from _common import RESULTS_DIR, environment
 from fedhet.plugins import Processes
-from fedhet.plugins.heap import retain_freed_memory
+from fedhet.plugins.processes.heap import retain_freed_memory
 
 NUM_CLASSES = 10
 

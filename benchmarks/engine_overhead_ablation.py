@@ -58,9 +58,9 @@ from unittest.mock import patch
 import torch
 from torch import Tensor
 
-import fedhet.plugins.aggregators as aggregators
-import fedhet.plugins.context as context
-import fedhet.plugins.policies as policies
+import fedhet.plugins.clients.context as context
+import fedhet.plugins.uploads.aggregators as aggregators
+import fedhet.plugins.uploads.policies as policies
 from _common import environment, write_table
 from engine_overhead import (
     WORKLOADS,

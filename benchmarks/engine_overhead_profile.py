@@ -225,20 +225,18 @@ CHILDREN: dict[str, list[str]] = {
 
 def fedhet_targets() -> list[Target]:
     """What to time on the fedhet side: (owner, attribute, label, kind)."""
-    import fedhet.plugins.context as context
-    import fedhet.plugins.local_loop as local_loop
-    import fedhet.plugins.policies as policies
-    import fedhet.plugins.trainer as trainer
+    import fedhet.plugins.clients.context as context
+    import fedhet.plugins.clients.local_loop as local_loop
+    import fedhet.plugins.rounds.trainer as trainer
+    import fedhet.plugins.uploads.policies as policies
     from fedhet.core import ClientState, ClientUpdate, ServerState
     from fedhet.datamodules import ClientDataModule
     from fedhet.datamodules.tensor_dataset import TensorBatchLoader
     from fedhet.modules.base import FederatedModule
     from fedhet.modules.classifier import FederatedClassifier
-    from fedhet.plugins.aggregators import WeightedMean
-    from fedhet.plugins.hooks import CallbackHooks
-    from fedhet.plugins.runners import SequentialRunner
-    from fedhet.plugins.sampling import FullParticipation
-    from fedhet.plugins.slots import ModuleSlot
+    from fedhet.plugins import FullParticipation, SequentialRunner, WeightedMean
+    from fedhet.plugins.clients.slots import ModuleSlot
+    from fedhet.plugins.hooks.dispatch import CallbackHooks
 
     ft = trainer.FederatedTrainer
     cc = context.ClientContext
@@ -313,7 +311,7 @@ Profile = tuple[dict[str, float], dict[str, int], float]
 
 def profile_fedhet(federation: Any, rounds: int) -> Profile:
     """Run ``fit``, timing rounds ``1 .. rounds-2``: seconds and calls by label, and those rounds' seconds."""
-    from fedhet.plugins.trainer import FederatedTrainer
+    from fedhet.plugins import FederatedTrainer
 
     original = FederatedTrainer._run_round
     span = [0.0, 0.0]

@@ -31,7 +31,7 @@ from fedhet.core import ClientUpdate, ServerState
 from fedhet.datamodules import RotatedBlobsDomains
 from fedhet.modules import FedDaDiL
 from fedhet.modules.blocks import mlp
-from fedhet.plugins.checkpoint import load_checkpoint
+from fedhet.plugins.storage.checkpoint import load_checkpoint
 
 RESULTS = RESULTS_DIR
 NO_LOGGER = SimpleNamespace(seed=0, log_dict=lambda *args, **kwargs: None)  # the server step outside a trainer

@@ -1,4 +1,4 @@
-"""What keeping freed memory in the C heap (``retain_cpu_heap``, ``fedhet.plugins.heap``) does to a CPU run.
+"""What keeping freed memory in the C heap (``retain_cpu_heap``, ``fedhet.plugins.processes.heap``) does to a CPU run.
 
 What runs:
     The same fit in fresh processes, alternating ``--repeats`` times between the trainer's default

@@ -28,14 +28,14 @@ How it is measured:
 How the processes start and exchange uploads:
     With the trainer's default ``start_method="auto"`` the second process is forked from the first when ``fit``
     starts (on this 2-core machine each process runs one compute thread, so forking is safe;
-    ``fedhet.plugins.launcher``), instead of running the whole command again
+    ``fedhet.plugins.processes.launcher``), instead of running the whole command again
     (``--override=--trainer.processes.start_method=popen`` measures Lightning's launcher). Each process packs its
     clients' uploads into one byte buffer (tensor bytes copied once, only names, shapes and scalars pickled;
-    ``fedhet.plugins.distributed.pack_object``) written into a shared-memory segment; the processes tell each other
-    only the buffers' lengths, through a shared-memory control block that a waiting process polls (a gloo
+    ``fedhet.plugins.processes.distributed.pack_object``) written into a shared-memory segment; the processes tell each
+    other only the buffers' lengths, through a shared-memory control block that a waiting process polls (a gloo
     ``all_gather`` of those numbers took 0.2 ms at the median and up to 4.5 ms in a tenth of the calls), and read each
-    other's buffers in place (``fedhet.plugins.shared_memory``); every process then aggregates every upload in client
-    order, as one process does.
+    other's buffers in place (``fedhet.plugins.processes.shared_memory``); every process then aggregates every upload in
+    client order, as one process does.
 
 Why the uploads are gathered, not all-reduced:
     Summing each process's clients first and all-reducing the partial sums would send less (one model instead of one

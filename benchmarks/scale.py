@@ -26,7 +26,7 @@ How it is measured:
     With ``--budget-mb``, the largest federation runs a second time with ``client_state_budget_mb`` set: states beyond
     the budget spill to disk, so the state held in memory stays under the budget whatever the number of clients.
     With ``--stack N`` (64 by default, 0 for none) it runs a third time with ``stack_clients=N``: the sampled clients
-    train in stacks of up to ``N`` with ``torch.func`` (``fedhet.plugins.stacked``).
+    train in stacks of up to ``N`` with ``torch.func`` (``fedhet.plugins.clients.stacked``).
 
 Usage::
 

@@ -6,8 +6,7 @@ import fedhet.modules  # noqa: F401  (modules define callbacks too, e.g. Global 
 from fedhet.callbacks import FederatedCallback
 from fedhet.core import Federation, FederationHooks
 from fedhet.modules import FedAvg
-from fedhet.plugins import FederatedTrainer
-from fedhet.plugins.options import Processes, Reporting
+from fedhet.plugins import FederatedTrainer, Processes, Reporting
 
 
 def test_the_trainer_is_the_federation_callbacks_are_typed_against(tmp_path, tiny_federation):

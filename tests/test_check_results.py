@@ -51,7 +51,7 @@ def repo(tmp_path: Path) -> Path:
         {
             "benchmarks/scale.py": "print(1)\n",
             "benchmarks/_common.py": "\n",
-            "src/fedhet/plugins/trainer.py": "x = 1\n",
+            "src/fedhet/plugins/rounds/trainer.py": "x = 1\n",
             "docs/notes.md": "a\n",
         },
         "code",
@@ -66,9 +66,9 @@ def test_fresh_until_the_measured_code_changes(repo: Path) -> None:
     verdict = check_results.check_file(repo, Path("benchmarks/results/scale.md"))
     assert (verdict.script, verdict.status, verdict.changed) == ("scale", "fresh", ())
 
-    _commit(repo, {"src/fedhet/plugins/trainer.py": "x = 2\n"}, "engine change")
+    _commit(repo, {"src/fedhet/plugins/rounds/trainer.py": "x = 2\n"}, "engine change")
     verdict = check_results.check_file(repo, Path("benchmarks/results/scale.md"))
-    assert (verdict.status, verdict.changed) == ("stale", ("src/fedhet/plugins/trainer.py",))
+    assert (verdict.status, verdict.changed) == ("stale", ("src/fedhet/plugins/rounds/trainer.py",))
 
 
 def test_the_script_itself_is_measured_code(repo: Path) -> None:
@@ -80,8 +80,12 @@ def test_the_script_itself_is_measured_code(repo: Path) -> None:
 def test_content_not_history_decides(repo: Path) -> None:
     """A change and its revert leave the measured code as it was: the result is fresh again."""
     measured = _git(repo, "rev-parse", "--short", "HEAD")
-    _commit(repo, {"benchmarks/results/scale.md": _results(measured), "src/fedhet/plugins/trainer.py": "x = 3\n"}, "c")
-    _commit(repo, {"src/fedhet/plugins/trainer.py": "x = 1\n"}, "revert")
+    _commit(
+        repo,
+        {"benchmarks/results/scale.md": _results(measured), "src/fedhet/plugins/rounds/trainer.py": "x = 3\n"},
+        "c",
+    )
+    _commit(repo, {"src/fedhet/plugins/rounds/trainer.py": "x = 1\n"}, "revert")
     assert check_results.check_file(repo, Path("benchmarks/results/scale.md")).status == "fresh"
 
 
@@ -149,7 +153,7 @@ def test_suite_results_fresh_until_the_suite_or_a_config_it_names_changes(suite_
     _commit(repo, {"configs/fedper/x.yaml": "a: 2\n", "docs/notes.md": "c\n"}, "a config the suite does not name")
     verdict = check_results.check_suite(repo, TABLE)
     assert (verdict.script, verdict.status, verdict.changed) == ("benchmarks/suites/s.yaml", "fresh", ())
-    for path in ("configs/data/heart.yaml", "configs/fedrep/x.yaml", "src/fedhet/plugins/trainer.py"):
+    for path in ("configs/data/heart.yaml", "configs/fedrep/x.yaml", "src/fedhet/plugins/rounds/trainer.py"):
         before = (repo / path).read_text()
         _commit(repo, {path: before + "# changed\n"}, f"change {path}")
         verdict = check_results.check_suite(repo, TABLE)

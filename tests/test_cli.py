@@ -14,10 +14,7 @@ from fedhet.callbacks import RichRoundProgress
 from fedhet.cli import FederatedCLI, main
 from fedhet.datamodules import FederatedDataModule
 from fedhet.modules import FedAvg
-from fedhet.plugins import FederatedTrainer, UniformSampler
-from fedhet.plugins.options import Reporting
-from fedhet.plugins.runners import SequentialRunner
-from fedhet.plugins.stacked import StackedRunner
+from fedhet.plugins import FederatedTrainer, Reporting, SequentialRunner, StackedRunner, UniformSampler
 
 ROOT = Path(__file__).parents[1]
 CONFIG_DIR = ROOT / "configs"

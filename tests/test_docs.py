@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from fedhet.cli import FederatedCLI
-from fedhet.plugins.stacked import StackedRunner
+from fedhet.plugins import StackedRunner
 from tests.plugins.test_uploads import blobs
 from tests.plugins.uploads import UploadCase, check_uploads
 

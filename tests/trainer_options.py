@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from fedhet.plugins.options import Checkpointing, ClientStates, Faults, Processes, Reporting
+from fedhet.plugins import Checkpointing, ClientStates, Faults, Processes, Reporting
 
 #: flat name -> (trainer argument, group class, field of the group)
 FIELDS: dict[str, tuple[str, type, str]] = {

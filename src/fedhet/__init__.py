@@ -5,16 +5,6 @@ The subpackages are ``fedhet.plugins`` (the federation engine), ``fedhet.modules
 imports no Lightning; importing it does not load the engine).
 """
 
-from typing import Any
-
 __version__ = "0.1.0"
 
-__all__ = ["FederatedTrainer", "__version__"]
-
-
-def __getattr__(name: str) -> Any:
-    if name == "FederatedTrainer":
-        from fedhet.plugins.trainer import FederatedTrainer
-
-        return FederatedTrainer
-    raise AttributeError(f"module 'fedhet' has no attribute {name!r}")
+__all__ = ["__version__"]

@@ -19,10 +19,9 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, _Instan
 from fedhet.cli_text import error_sentence, plain_text
 from fedhet.datamodules.federated import FederatedDataModule
 from fedhet.modules.base import FederatedModule
-from fedhet.plugins.epochs import epoch_schedule
-from fedhet.plugins.options import Reporting
-from fedhet.plugins.run_folder import config_root, latest_checkpoint
-from fedhet.plugins.trainer import FederatedTrainer
+from fedhet.plugins import FederatedTrainer, Reporting
+from fedhet.plugins.rounds.epochs import epoch_schedule
+from fedhet.plugins.storage.run_folder import config_root, latest_checkpoint
 
 _DEFAULT_ROUNDS = inspect.signature(FederatedTrainer).parameters["rounds"].default
 
@@ -244,7 +243,7 @@ class FederatedCLI(LightningCLI):
         """
         section = _subcommand_section(self.config_init, self.subcommand)
         config = {**section.get("trainer", {}), **kwargs}
-        if section.get("epochs") is not None:  # the length in epochs (fedhet.plugins.epochs)
+        if section.get("epochs") is not None:  # the length in epochs (fedhet.plugins.rounds.epochs)
             if config.get("rounds", _DEFAULT_ROUNDS) != _DEFAULT_ROUNDS:
                 raise ValueError(
                     f"give the run's length once: epochs={section['epochs']} or trainer.rounds={config['rounds']}"
@@ -272,8 +271,8 @@ def main(args: list[str] | None = None) -> None:
     standard error, the sentence that matters first, and exit status 2 (:class:`FederatedArgumentParser`); a data or
     setup error (a missing data file, nothing trained yet for ``test``, a checkpoint that does not match) with one
     line and exit status 1; a run stopped because too many clients' uploads went non-finite (training diverged)
-    with exit status 3 (:data:`~fedhet.plugins.policies.DIVERGED_EXIT_STATUS`), which a suite's tuner scores as a
-    bad trial. ``--debug`` (anywhere on the command line) or ``FEDHET_DEBUG=1`` shows jsonargparse's whole report and
+    with exit status 3 (:data:`~fedhet.plugins.uploads.policies.DIVERGED_EXIT_STATUS`), which a suite's tuner scores as
+    a bad trial. ``--debug`` (anywhere on the command line) or ``FEDHET_DEBUG=1`` shows jsonargparse's whole report and
     the traceback instead.
     """
     argv = list(sys.argv[1:] if args is None else args)
@@ -297,7 +296,7 @@ def main(args: list[str] | None = None) -> None:
     except Exception as err:
         if debug:
             raise
-        from fedhet.plugins.policies import DIVERGED_EXIT_STATUS, ClientFailuresError
+        from fedhet.plugins.uploads.policies import DIVERGED_EXIT_STATUS, ClientFailuresError
 
         message = str(err).strip() or type(err).__name__
         line = f"fedhet: error: {message}\n(--debug or FEDHET_DEBUG=1 shows the traceback)"

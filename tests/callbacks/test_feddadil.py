@@ -8,8 +8,7 @@ from fedhet.callbacks.feddadil import ATOM_NAMES, GLOBAL_NAMES
 from fedhet.core import ClientUpdate, ServerState
 from fedhet.datamodules import RotatedBlobsDomains
 from fedhet.modules import FedDaDiL
-from fedhet.plugins import FederatedTrainer
-from fedhet.plugins.options import Processes, Reporting
+from fedhet.plugins import FederatedTrainer, Processes, Reporting
 
 
 class FakeTrainer:

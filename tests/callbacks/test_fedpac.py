@@ -7,8 +7,7 @@ from fedhet.callbacks.fedpac import GLOBAL_CENTROIDS, GLOBAL_COUNTS
 from fedhet.core import ClientUpdate, ServerState
 from fedhet.functional import combination_weights
 from fedhet.modules import FedPAC
-from fedhet.plugins import FederatedTrainer
-from fedhet.plugins.options import Processes, Reporting
+from fedhet.plugins import FederatedTrainer, Processes, Reporting
 from tests.callbacks.helpers import TRAINER, roundtrip
 
 

@@ -9,8 +9,7 @@ from fedhet.callbacks.flic import ANCHOR_COUNTS, ANCHOR_FACTORS, ANCHOR_MEANS, G
 from fedhet.core import ClientUpdate, ServerState
 from fedhet.functional import gaussian_barycenter
 from fedhet.modules import FLIC
-from fedhet.plugins import FederatedTrainer
-from fedhet.plugins.options import Checkpointing, Processes, Reporting
+from fedhet.plugins import Checkpointing, FederatedTrainer, Processes, Reporting
 from tests.callbacks.helpers import TRAINER, roundtrip
 
 

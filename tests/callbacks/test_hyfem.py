@@ -8,11 +8,11 @@ import torch
 
 from fedhet.callbacks import ModelMatching
 from fedhet.callbacks.hyfem import CLASSIFIER, STAT_PREFIX, anchor_key
+from fedhet.core import ClientUpdate, ServerState
 from fedhet.datamodules import HybridFederation
 from fedhet.functional import matched_average, project_classifier, weighted_mean
 from fedhet.functional.matching import Classifier
 from fedhet.modules import HybridBody, HyFEM
-from fedhet.plugins import ClientUpdate, ServerState
 
 TABLE = {
     "a": {"blocks": ["v0", "v1"], "classes": [0, 1]},

@@ -8,9 +8,8 @@ from lightning.pytorch.callbacks import EarlyStopping, LearningRateMonitor, Mode
 
 from fedhet.cli import main
 from fedhet.modules import FedAvg
-from fedhet.plugins import FederatedTrainer
-from fedhet.plugins.checkpoint import load_checkpoint
-from fedhet.plugins.options import Processes, Reporting
+from fedhet.plugins import FederatedTrainer, Processes, Reporting
+from fedhet.plugins.storage.checkpoint import load_checkpoint
 from tests.trainer_options import trainer_options
 
 FEDAVG = str(Path(__file__).parents[2] / "configs" / "fedavg" / "digits.yaml")

@@ -5,8 +5,7 @@ import re
 from fedhet.callbacks import RichRoundProgress
 from fedhet.callbacks.progress import round_line
 from fedhet.modules import FedAvg
-from fedhet.plugins import FederatedTrainer
-from fedhet.plugins.options import Processes
+from fedhet.plugins import FederatedTrainer, Processes
 
 
 def test_round_line_names_the_round_accuracy_loss_clients_and_time():

@@ -5,7 +5,7 @@ import torch
 
 from fedhet.core import BatchLossModule, FederatedModuleProtocol, LocalPhase, PenalisedModule, StackableModule, Stacking
 from fedhet.modules import FLIC, FedAvg, FederatedModule, FedProx
-from fedhet.plugins.stacked import stacking_refusal
+from fedhet.plugins.clients.stacked import stacking_refusal
 from tests.conftest import make_client
 
 

@@ -4,8 +4,9 @@ import sys
 import pytest
 import torch
 
+from fedhet.core import ClientUpdate
 from fedhet.functional import weighted_mean
-from fedhet.plugins import ClientUpdate, WeightedMean
+from fedhet.plugins import WeightedMean
 
 
 def _states(seed: int = 0):

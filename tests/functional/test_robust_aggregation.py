@@ -8,8 +8,9 @@ import pytest
 import torch
 from scipy import stats
 
+from fedhet.core import ClientUpdate
 from fedhet.functional import coordinate_median, trim_count, trimmed_mean
-from fedhet.plugins import ClientUpdate, CoordinateMedian, TrimmedMean
+from fedhet.plugins import CoordinateMedian, TrimmedMean
 
 
 def _stack(n: int, seed: int, dtype=torch.float64, shape=(3, 4)) -> list[dict[str, torch.Tensor]]:
@@ -127,7 +128,7 @@ def test_aggregators_equal_the_functions_and_ignore_sample_counts(aggregator, fu
 
 def test_trimmed_mean_warns_once_when_it_trims_nothing(caplog):
     aggregator = TrimmedMean(beta=0.2)
-    with caplog.at_level(logging.WARNING, logger="fedhet.plugins.aggregators"):
+    with caplog.at_level(logging.WARNING, logger="fedhet.plugins.uploads.aggregators"):
         for _ in range(2):
             aggregator.reset()
             for i, s in enumerate(_stack(4, seed=1)):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from fedhet.plugins.checkpoint import load_checkpoint
+from fedhet.plugins.storage.checkpoint import load_checkpoint
 
 pytestmark = pytest.mark.slow
 
@@ -36,7 +36,7 @@ KILL_WHILE_SAVING = textwrap.dedent(
     """
     import os, signal, sys
     import torch
-    import fedhet.plugins.checkpoint as checkpoint
+    import fedhet.plugins.storage.checkpoint as checkpoint
     from fedhet.cli import main
 
     calls = {"n": 0}

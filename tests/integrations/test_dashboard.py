@@ -14,7 +14,7 @@ from fedhet.callbacks.dashboard import FederationDashboard, client_rows  # noqa:
 from fedhet.datamodules import HybridFederation, RotatedBlobsDomains  # noqa: E402
 from fedhet.modules import FLIC, FedAvg, FedDaDiL, FedPAC, HyFEM  # noqa: E402
 from fedhet.plugins import FederatedTrainer  # noqa: E402
-from fedhet.plugins.options import Processes, Reporting  # noqa: E402
+from fedhet.plugins.rounds.options import Processes, Reporting  # noqa: E402
 from tests.integrations.test_wandb import finished_run_records, history  # noqa: E402
 from tests.integrations.test_wandb import offline_wandb as offline_wandb  # noqa: E402  (a fixture)
 from tests.trainer_options import trainer_options  # noqa: E402

@@ -15,7 +15,7 @@ from fedhet.callbacks import FederatedCallback
 from fedhet.datamodules import FederatedDataModule
 from fedhet.modules import FedRep
 from fedhet.plugins import FederatedTrainer
-from fedhet.plugins.options import Processes, Reporting
+from fedhet.plugins import Processes, Reporting
 from tests.conftest import make_client
 
 

@@ -88,7 +88,7 @@ import torch
 from fedhet.datamodules import FederatedDataModule
 from fedhet.modules import FedAvg
 from fedhet.plugins import FederatedTrainer
-from fedhet.plugins.options import Checkpointing, Processes, Reporting
+from fedhet.plugins import Checkpointing, Processes, Reporting
 
 gen = torch.Generator().manual_seed(0)
 x, y = torch.randn(160, 8, generator=gen), torch.randint(0, 3, (160,), generator=gen)

@@ -11,8 +11,7 @@ from fedhet.datamodules import ClientDataModule, FederatedDataModule
 from fedhet.datamodules.aligned import AlignedFederation
 from fedhet.datamodules.datasets.heart import GL_SITES, HeartFederation
 from fedhet.modules import GlobalLayers
-from fedhet.plugins import FederatedTrainer
-from fedhet.plugins.options import Checkpointing, Processes, Reporting
+from fedhet.plugins import Checkpointing, FederatedTrainer, Processes, Reporting
 from tests.trainer_options import trainer_options
 
 TINY = {"embed_dim": 4, "num_heads": 2, "num_blocks": 1, "width": 8, "lr": 1e-2}

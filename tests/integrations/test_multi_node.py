@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from fedhet.plugins.distributed import check_multi_node_launch
+from fedhet.plugins.processes.distributed import check_multi_node_launch
 from tests.integrations.test_distributed import CONFIG, run_cli
 
 pytestmark = pytest.mark.distributed

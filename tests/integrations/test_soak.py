@@ -9,8 +9,7 @@ import torch
 from fedhet.callbacks import FederatedCallback
 from fedhet.datamodules import FederatedDataModule
 from fedhet.modules import FedRep
-from fedhet.plugins import FederatedTrainer, UniformSampler
-from fedhet.plugins.options import Checkpointing, Processes, Reporting
+from fedhet.plugins import Checkpointing, FederatedTrainer, Processes, Reporting, UniformSampler
 
 pytestmark = pytest.mark.slow
 

@@ -19,8 +19,8 @@ from wandb.proto import wandb_internal_pb2  # noqa: E402
 from fedhet.cli import FederatedCLI  # noqa: E402
 from fedhet.modules import FedAvg  # noqa: E402
 from fedhet.plugins import FederatedTrainer  # noqa: E402
-from fedhet.plugins.options import Processes, Reporting  # noqa: E402
-from fedhet.plugins.run_folder import RunCSVLogger  # noqa: E402
+from fedhet.plugins.rounds.options import Processes, Reporting  # noqa: E402
+from fedhet.plugins.storage.run_folder import RunCSVLogger  # noqa: E402
 from tests.test_cli import FEDAVG, tiny  # noqa: E402
 
 # ------------------------------------------------------------------------------------------ reading a .wandb file

@@ -9,8 +9,7 @@ from torch import nn
 from fedhet.core import ClientSpec
 from fedhet.modules import FedAvg, FedBABU, FedPer, FedRep, LocalOnly
 from fedhet.modules.fedpac_nets import FedPACNet
-from fedhet.plugins import FederatedTrainer
-from fedhet.plugins.options import Processes, Reporting
+from fedhet.plugins import FederatedTrainer, Processes, Reporting
 
 BASELINES = [LocalOnly, FedAvg, FedRep, FedPer, FedBABU]
 IMAGE = ClientSpec("img", (1, 28, 28), 10, num_train=4)

@@ -5,8 +5,8 @@ import sys
 import yaml
 
 from fedhet.cli import main
-from fedhet.plugins.checkpoint import load_checkpoint
-from fedhet.plugins.run_folder import versions
+from fedhet.plugins.storage.checkpoint import load_checkpoint
+from fedhet.plugins.storage.run_folder import versions
 
 DATA = {
     "class_path": "fedhet.datamodules.RotatedBlobsDomains",

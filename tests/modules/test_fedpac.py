@@ -14,9 +14,8 @@ from fedhet.core import LocalPhase
 from fedhet.datamodules import ClientSpec
 from fedhet.functional import class_feature_sums, head_statistics
 from fedhet.modules import FedPAC, FedPACNet
-from fedhet.plugins import FederatedTrainer
-from fedhet.plugins.local_loop import run_local_training
-from fedhet.plugins.options import Checkpointing, Processes, Reporting
+from fedhet.plugins import Checkpointing, FederatedTrainer, Processes, Reporting
+from fedhet.plugins.clients.local_loop import run_local_training
 from tests.conftest import make_client, plain_trainer
 
 HEAD_STATS = {"fedpac/head.weight", "fedpac/head.bias"}

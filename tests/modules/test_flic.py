@@ -13,10 +13,8 @@ from fedhet.datamodules import ClientDataModule, LinearMappingToy
 from fedhet.functional import class_moments, gaussian_w2_sq, kernel_penalty
 from fedhet.modules import FLIC, FedHeNN, HetFedRep, HetLocal
 from fedhet.modules import flic as flic_module
-from fedhet.plugins import FederatedTrainer
-from fedhet.plugins.local_loop import run_local_training
-from fedhet.plugins.options import Checkpointing, Reporting
-from fedhet.plugins.sampling import UniformSampler
+from fedhet.plugins import Checkpointing, FederatedTrainer, Reporting, UniformSampler
+from fedhet.plugins.clients.local_loop import run_local_training
 from tests.conftest import make_client, plain_trainer
 from tests.trainer_options import trainer_options
 

@@ -9,7 +9,7 @@ from lightning.fabric import Fabric
 from fedhet.callbacks.flic import ANCHOR_FACTORS, ANCHOR_MEANS
 from fedhet.core import LocalTraining
 from fedhet.modules import FLIC
-from fedhet.plugins.local_loop import phase_batches, run_local_training
+from fedhet.plugins.clients.local_loop import phase_batches, run_local_training
 from tests.conftest import make_client
 
 SMALL = {"latent_dim": 8, "embedding_hidden_dims": [16], "hidden_width": 12, "anchor_std": 3.0, "pretrain_epochs": 2}

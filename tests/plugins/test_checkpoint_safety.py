@@ -10,7 +10,7 @@ import pytest
 from fedhet.callbacks import FederatedCallback
 from fedhet.datamodules import FederatedDataModule
 from fedhet.modules import FedAvg, FedRep
-from fedhet.plugins.checkpoint import load_checkpoint, save_checkpoint
+from fedhet.plugins.storage.checkpoint import load_checkpoint, save_checkpoint
 from tests.conftest import make_client
 from tests.plugins.test_trainer import make_trainer
 

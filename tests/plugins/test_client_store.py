@@ -12,10 +12,9 @@ from fedhet.callbacks import FederatedCallback
 from fedhet.core import ClientState
 from fedhet.datamodules import FederatedDataModule
 from fedhet.modules import FedRep
-from fedhet.plugins import FederatedTrainer
-from fedhet.plugins.checkpoint import load_checkpoint
-from fedhet.plugins.client_store import ClientStore, state_bytes
-from fedhet.plugins.options import ClientStates, Processes, Reporting
+from fedhet.plugins import ClientStates, FederatedTrainer, Processes, Reporting
+from fedhet.plugins.storage.checkpoint import load_checkpoint
+from fedhet.plugins.storage.client_store import ClientStore, state_bytes
 from tests.conftest import make_client
 from tests.plugins.test_trainer import _comparable
 from tests.trainer_options import trainer_options
@@ -140,7 +139,7 @@ def test_a_failed_spill_keeps_the_state_in_memory_and_warns_once(tmp_path, monke
     store = ClientStore(32, tmp_path / "spill")
     store["a"], store["b"] = _state(1.0), _state(2.0)  # "a" on disk
     monkeypatch.setattr(torch, "save", _failing_save)  # the disk is full from now on
-    with caplog.at_level(logging.WARNING, logger="fedhet.plugins.client_store"):
+    with caplog.at_level(logging.WARNING, logger="fedhet.plugins.storage.client_store"):
         assert float(store["a"].personal["w"][0]) == 1.0  # reading "a" must push "b" out, which fails
         store["c"] = _state(3.0)
         store["d"] = _state(4.0)
@@ -240,7 +239,7 @@ import sys
 from fedhet.datamodules import FederatedDataModule
 from fedhet.modules import FedRep
 from fedhet.plugins import FederatedTrainer
-from fedhet.plugins.options import ClientStates, Processes, Reporting
+from fedhet.plugins import ClientStates, Processes, Reporting
 from tests.conftest import make_client
 
 root, keep = sys.argv[1], sys.argv[2] == "keep"

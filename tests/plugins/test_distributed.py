@@ -10,8 +10,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from fedhet.core import ClientFailure, ClientUpdate
-from fedhet.plugins import distributed, shared_memory
-from fedhet.plugins.distributed import gather_objects, owner_rank, pack_object, unpack_object
+from fedhet.plugins.processes import distributed, shared_memory
+from fedhet.plugins.processes.distributed import gather_objects, owner_rank, pack_object, unpack_object
 
 
 def upload(client_id: str, seed: int) -> ClientUpdate:

@@ -7,7 +7,7 @@ import pytest
 
 from fedhet.cli import FederatedCLI
 from fedhet.modules import GlobalLayers
-from fedhet.plugins.epochs import EpochSchedule, epoch_schedule
+from fedhet.plugins.rounds.epochs import EpochSchedule, epoch_schedule
 from tests.integrations.test_gl_federation import CLIENTS, TINY, federation, fit
 
 

@@ -9,8 +9,7 @@ import torch
 
 from fedhet.cli import main
 from fedhet.modules import FedAvg, FedRep
-from fedhet.plugins import FederatedTrainer
-from fedhet.plugins.options import Processes, Reporting
+from fedhet.plugins import FederatedTrainer, Processes, Reporting
 from tests.conftest import plain_trainer
 
 FEDAVG = str(Path(__file__).parents[2] / "configs" / "fedavg" / "digits.yaml")

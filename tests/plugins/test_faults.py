@@ -10,9 +10,8 @@ from fedhet.callbacks import FederatedCallback
 from fedhet.datamodules import ClientDataModule, FederatedDataModule
 from fedhet.functional import weighted_mean
 from fedhet.modules import FedRep
-from fedhet.plugins import FederatedTrainer
-from fedhet.plugins.options import Checkpointing, Faults, Processes, Reporting
-from fedhet.plugins.policies import ClientFailuresError
+from fedhet.plugins import Checkpointing, Faults, FederatedTrainer, Processes, Reporting
+from fedhet.plugins.uploads.policies import ClientFailuresError
 from tests.conftest import make_client
 from tests.trainer_options import trainer_options
 

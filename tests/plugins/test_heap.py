@@ -1,4 +1,4 @@
-"""The CPU heap kept for reuse (``fedhet.plugins.heap``) and the trainer's ``retain_cpu_heap``."""
+"""The CPU heap kept for reuse (``fedhet.plugins.processes.heap``) and the trainer's ``retain_cpu_heap``."""
 
 import platform
 import subprocess
@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from fedhet.plugins import heap
+from fedhet.plugins.processes import heap
 from tests.plugins.test_trainer import make_trainer
 
 GLIBC = platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"
@@ -17,7 +17,7 @@ GLIBC = platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"
 # faulted in on every pass (~10,000 a pass). Once the heap is retained, the blocks come from the heap and are reused.
 PROBE = """
 import ctypes, resource, torch
-from fedhet.plugins.heap import M_MMAP_THRESHOLD, M_TRIM_THRESHOLD, retain_freed_memory
+from fedhet.plugins.processes.heap import M_MMAP_THRESHOLD, M_TRIM_THRESHOLD, retain_freed_memory
 
 def faults_per_pass():
     before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
@@ -58,6 +58,6 @@ def test_a_cpu_fit_retains_the_heap_unless_told_not_to(tmp_path, tiny_federation
     from fedhet.modules import FedAvg
 
     calls = []
-    monkeypatch.setattr("fedhet.plugins.trainer.retain_freed_memory", lambda: calls.append(True))
+    monkeypatch.setattr("fedhet.plugins.rounds.trainer.retain_freed_memory", lambda: calls.append(True))
     make_trainer(tmp_path, rounds=1, logger=False, retain_cpu_heap=retain).fit(FedAvg(lr=0.1), tiny_federation)
     assert calls == ([True] if retain else [])

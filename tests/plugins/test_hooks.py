@@ -6,7 +6,7 @@ from typing import Any
 
 from lightning.fabric import Fabric
 
-from fedhet.plugins.hooks import CallbackHooks
+from fedhet.plugins.hooks.dispatch import CallbackHooks
 
 
 class Recorder:

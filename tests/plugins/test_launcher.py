@@ -8,9 +8,9 @@ import time
 import pytest
 from lightning.fabric import Fabric
 
-from fedhet.plugins import FederatedTrainer, launcher
-from fedhet.plugins.launcher import ForkedProcess, ForkLauncher, fork_refusal, use_start_method
-from fedhet.plugins.options import Processes
+from fedhet.plugins import FederatedTrainer, Processes
+from fedhet.plugins.processes import launcher
+from fedhet.plugins.processes.launcher import ForkedProcess, ForkLauncher, fork_refusal, use_start_method
 
 fork_only = pytest.mark.skipif(not hasattr(os, "fork") or not os.path.isdir("/proc/self/task"), reason="Linux only")
 

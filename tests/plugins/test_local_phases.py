@@ -8,8 +8,8 @@ from lightning.fabric import Fabric
 
 from fedhet.core import LocalPhase
 from fedhet.modules import FedAvg
-from fedhet.plugins.local_loop import run_local_training
-from fedhet.plugins.stacked import stacking_refusal
+from fedhet.plugins.clients.local_loop import run_local_training
+from fedhet.plugins.clients.stacked import stacking_refusal
 from tests.conftest import make_client
 from tests.plugins.test_stacked import ROUNDS, StackSpy, assert_same_federation, fit
 

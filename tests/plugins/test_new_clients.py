@@ -18,7 +18,7 @@ from fedhet.core.seeding import derive_seed, seeded
 from fedhet.datamodules import FederatedDataModule
 from fedhet.modules import FLIC, FedAvg, FedRep, GlobalLayers
 from fedhet.plugins import FederatedTrainer, NewClients, Processes, Reporting, UniformSampler
-from fedhet.plugins.new_clients import adapt_new_client, evaluate_new_clients, new_client_module
+from fedhet.plugins.rounds.new_clients import adapt_new_client, evaluate_new_clients, new_client_module
 from tests.conftest import make_client
 from tests.test_cli import FEDAVG, read_logs, tiny
 

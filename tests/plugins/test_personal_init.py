@@ -6,8 +6,7 @@ import torch
 from fedhet.callbacks import FederatedCallback
 from fedhet.datamodules import FederatedDataModule
 from fedhet.modules import FLIC, FedRep, GlobalLayers, LocalOnly
-from fedhet.plugins import FederatedTrainer
-from fedhet.plugins.options import ClientStates, Processes, Reporting
+from fedhet.plugins import ClientStates, FederatedTrainer, Processes, Reporting
 from tests.conftest import make_client
 from tests.trainer_options import trainer_options
 

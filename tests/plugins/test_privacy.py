@@ -14,8 +14,7 @@ from fedhet.cli import FederatedCLI
 from fedhet.core import TensorSpec, UploadDeclaration
 from fedhet.functional.privacy import clip_by_global_norm, global_l2_norm
 from fedhet.modules import FedAvg, FedPAC, FedRep
-from fedhet.plugins import FederatedTrainer, PrivateUpdate, UniformSampler, UploadPrivacy
-from fedhet.plugins.options import Processes, Reporting
+from fedhet.plugins import FederatedTrainer, PrivateUpdate, Processes, Reporting, UniformSampler, UploadPrivacy
 from tests.plugins.test_trainer import FailingFedAvg
 from tests.trainer_options import trainer_options
 

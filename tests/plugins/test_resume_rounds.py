@@ -19,7 +19,7 @@ def test_resuming_with_fewer_rounds_than_done_is_refused(tmp_path, tiny_federati
 
 def test_resuming_a_finished_run_says_there_is_nothing_to_train(tmp_path, tiny_federation, caplog):
     make_trainer(tmp_path, rounds=2).fit(FedRep(hidden_dims=[8]), tiny_federation)
-    with caplog.at_level(logging.WARNING, logger="fedhet.plugins.checkpoint"):
+    with caplog.at_level(logging.WARNING, logger="fedhet.plugins.storage.checkpoint"):
         make_trainer(tmp_path, rounds=2).fit(FedRep(hidden_dims=[8]), tiny_federation, ckpt_path="last")
     assert "has all 2 rounds done: nothing to train" in caplog.text
 
@@ -50,7 +50,7 @@ def test_full_last_round_crash_resume_is_identical_and_an_extension_is_flagged(t
     assert _comparable(resumed.history) == _comparable(straight.history)
 
     _sampled_trainer(tmp_path / "extended", 2).fit(FedRep(hidden_dims=[8], dropout=0.1), tiny_federation)
-    with caplog.at_level(logging.WARNING, logger="fedhet.plugins.checkpoint"):
+    with caplog.at_level(logging.WARNING, logger="fedhet.plugins.storage.checkpoint"):
         extended = _sampled_trainer(tmp_path / "extended", 4)
         extended.fit(FedRep(hidden_dims=[8], dropout=0.1), tiny_federation, ckpt_path="last")
     assert "whose last round (round 1) took every client (full_last_round)" in caplog.text

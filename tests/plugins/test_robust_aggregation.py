@@ -15,8 +15,17 @@ from fedhet.cli import FederatedCLI, main
 from fedhet.core import ClientUpdate
 from fedhet.datamodules import FederatedDataModule
 from fedhet.modules import FedAvg
-from fedhet.plugins import Aggregator, CoordinateMedian, FederatedTrainer, PlainUpdate, TrimmedMean, WeightedMean
-from fedhet.plugins.options import Checkpointing, Processes, Reporting
+from fedhet.plugins import (
+    Aggregator,
+    Checkpointing,
+    CoordinateMedian,
+    FederatedTrainer,
+    PlainUpdate,
+    Processes,
+    Reporting,
+    TrimmedMean,
+    WeightedMean,
+)
 from tests.conftest import make_client
 
 HONEST = ("a", "b", "c", "d")

@@ -20,9 +20,9 @@ import torch
 from fedhet.callbacks import FederatedCallback
 from fedhet.datamodules import FederatedDataModule
 from fedhet.modules import FedAvg, FedRep
-from fedhet.plugins.checkpoint import load_checkpoint, save_checkpoint
-from fedhet.plugins.client_store import spill_name
-from fedhet.plugins.run_folder import RunFolder, versions
+from fedhet.plugins.storage.checkpoint import load_checkpoint, save_checkpoint
+from fedhet.plugins.storage.client_store import spill_name
+from fedhet.plugins.storage.run_folder import RunFolder, versions
 from tests.plugins.test_run_folder import make_trainer, rounds_logged
 
 
@@ -354,7 +354,7 @@ def test_an_evaluation_in_a_new_folder_is_not_warned_about_deleted_logs(tmp_path
 
 
 def test_the_log_is_appended_and_a_row_cut_short_by_a_kill_is_dropped(tmp_path):
-    from fedhet.plugins.run_folder import _RunLogWriter
+    from fedhet.plugins.storage.run_folder import _RunLogWriter
 
     writer = _RunLogWriter(str(tmp_path))
     for step in range(3):

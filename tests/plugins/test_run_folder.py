@@ -10,10 +10,9 @@ import yaml
 
 from fedhet.cli import main
 from fedhet.modules import FedAvg, FedRep
-from fedhet.plugins import FederatedTrainer
-from fedhet.plugins.checkpoint import load_checkpoint
-from fedhet.plugins.options import Processes, Reporting
-from fedhet.plugins.run_folder import claim_version, latest_checkpoint, version_of, versions
+from fedhet.plugins import FederatedTrainer, Processes, Reporting
+from fedhet.plugins.storage.checkpoint import load_checkpoint
+from fedhet.plugins.storage.run_folder import claim_version, latest_checkpoint, version_of, versions
 from tests.trainer_options import trainer_options
 
 FEDAVG = str(Path(__file__).parents[2] / "configs" / "fedavg" / "digits.yaml")

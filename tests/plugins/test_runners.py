@@ -6,9 +6,7 @@ import torch
 
 from fedhet.core import ClientState, RoundUploads, num_bytes
 from fedhet.modules import FedRep
-from fedhet.plugins import FederatedTrainer
-from fedhet.plugins.options import Processes, Reporting
-from fedhet.plugins.runners import ClientRunner
+from fedhet.plugins import ClientRunner, FederatedTrainer, Processes, Reporting
 
 
 class ElsewhereRunner(ClientRunner):

@@ -11,8 +11,8 @@ from fedhet.callbacks import AnchorUpdate, DictionaryAveraging, FederatedCallbac
 from fedhet.callbacks.fedpac import GLOBAL_CENTROIDS, GLOBAL_COUNTS, HEAD_NAMES
 from fedhet.core import ServerAccess
 from fedhet.modules import FedPAC, FedRep, HybridBody
-from fedhet.plugins.checkpoint import load_checkpoint
-from fedhet.plugins.server_step import check_server_order
+from fedhet.plugins.hooks.server_step import check_server_order
+from fedhet.plugins.storage.checkpoint import load_checkpoint
 from tests.plugins.test_trainer import make_trainer
 
 BAD_ROUND = 1

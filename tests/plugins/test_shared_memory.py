@@ -8,8 +8,8 @@ import threading
 import pytest
 import torch
 
-from fedhet.plugins import shared_memory
-from fedhet.plugins.shared_memory import SharedSegments
+from fedhet.plugins.processes import shared_memory
+from fedhet.plugins.processes.shared_memory import SharedSegments
 
 pytestmark = pytest.mark.skipif(not shared_memory.shared_memory_available(), reason="needs /dev/shm (Linux)")
 

@@ -9,9 +9,8 @@ from torch import nn
 from fedhet.core import ClientSpec
 from fedhet.datamodules import FederatedDataModule
 from fedhet.modules import FedAvg, FedPAC, FedRep, GlobalLayers
-from fedhet.plugins import FederatedTrainer
-from fedhet.plugins.options import Processes, Reporting
-from fedhet.plugins.slots import ModuleSlot
+from fedhet.plugins import FederatedTrainer, Processes, Reporting
+from fedhet.plugins.clients.slots import ModuleSlot
 from tests.conftest import make_client
 
 

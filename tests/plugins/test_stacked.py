@@ -17,10 +17,9 @@ from fedhet.modules import (
     HyFEM,
     LocalOnly,
 )
-from fedhet.plugins import FederatedTrainer, UniformSampler
-from fedhet.plugins import stacked as stacked_plugin
-from fedhet.plugins.options import Checkpointing, Faults, Processes, Reporting
-from fedhet.plugins.stacked import ELEMENTWISE_OPTIMIZERS, stacked_optimizer
+from fedhet.plugins import Checkpointing, Faults, FederatedTrainer, Processes, Reporting, UniformSampler
+from fedhet.plugins.clients import stacked as stacked_plugin
+from fedhet.plugins.clients.stacked import ELEMENTWISE_OPTIMIZERS, stacked_optimizer
 from tests.conftest import make_client
 from tests.plugins.test_faults import FAULT_ROUND
 from tests.plugins.test_faults import federation as loader_fault_federation

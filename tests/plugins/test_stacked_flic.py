@@ -6,8 +6,7 @@ import torch
 from fedhet.callbacks.flic import GLOBAL_MEANS
 from fedhet.datamodules import FederatedDataModule
 from fedhet.modules import FLIC, HetFedRep
-from fedhet.plugins import FederatedTrainer, UniformSampler
-from fedhet.plugins.options import Processes, Reporting
+from fedhet.plugins import FederatedTrainer, Processes, Reporting, UniformSampler
 from tests.conftest import make_client
 from tests.plugins.test_stacked import ROUNDS, SIZES, StackSpy, assert_same_federation, fit
 

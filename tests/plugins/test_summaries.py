@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torchmetrics.aggregation import MaxMetric, MeanMetric, MinMetric
 
-from fedhet.plugins.summaries import summarize_clients
+from fedhet.plugins.rounds.summaries import summarize_clients
 
 
 def torchmetrics_summaries(per_client, num_samples, higher_is_better, prefix):

@@ -8,7 +8,7 @@ from fedhet.datamodules import FederatedDataModule
 from fedhet.functional import weighted_mean
 from fedhet.modules import FedAvg, FedBABU, FedPer, FedRep, LocalOnly
 from fedhet.plugins import FederatedTrainer, UniformSampler
-from fedhet.plugins.checkpoint import load_checkpoint
+from fedhet.plugins.storage.checkpoint import load_checkpoint
 from tests.conftest import make_client
 from tests.trainer_options import trainer_options
 

@@ -10,10 +10,9 @@ from fnmatch import fnmatchcase
 import torch
 
 from fedhet.callbacks import FederatedCallback
-from fedhet.core import tensors_mismatch
+from fedhet.core import ClientUpdate, tensors_mismatch
 from fedhet.datamodules import FederatedDataModule
-from fedhet.plugins import ClientUpdate, FederatedTrainer
-from fedhet.plugins.options import Checkpointing, Processes, Reporting
+from fedhet.plugins import Checkpointing, FederatedTrainer, Processes, Reporting
 from tests.trainer_options import trainer_options
 
 

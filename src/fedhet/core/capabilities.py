@@ -1,8 +1,8 @@
 """Capabilities a module may declare beyond the contract, which the engine checks by type instead of probing names.
 
 * :class:`Stacking` — what a module declares (``stacking()``) for its clients to train many at once
-  (``FederatedTrainer(runner=StackedRunner(N))``, :mod:`fedhet.plugins.stacked`): the per-client attributes its hooks
-  set, whether its loss is a masked batch loss with random draws of its own (FLIC), and a reason to refuse.
+  (``FederatedTrainer(runner=StackedRunner(N))``, :mod:`fedhet.plugins.clients.stacked`): the per-client attributes its
+  hooks set, whether its loss is a masked batch loss with random draws of its own (FLIC), and a reason to refuse.
 * :class:`StackableModule` — a module with that hook; it gives the per-sample losses of a batch.
 * :class:`BatchLossModule` — a stackable module whose loss on a batch is not a mean of per-sample losses (FLIC: the
   moments of the batch's classes, random anchor samples): it gives the loss of a zero-padded batch.
@@ -12,7 +12,8 @@
   its server callback tells it the round before the client trains.
 
 The engine reads a module's :class:`Stacking` (``None``: its clients do not train in stacks); what else stacking
-needs of a module is checked by ``fedhet.plugins.stacked.stacking_refusal``, which names the reason when it refuses.
+needs of a module is checked by ``fedhet.plugins.clients.stacked.stacking_refusal``, which names the reason when it
+refuses.
 """
 
 from __future__ import annotations

@@ -70,10 +70,10 @@ class ServerAccess:
 
     A method's server callback declares it as its class attribute ``server_access``; the engine holds the callback to
     it. At setup a callback that ``reads`` a statistic must run after every callback that ``writes`` it, and no two
-    callbacks may write the same name (:func:`~fedhet.plugins.server_step.check_server_order`); in every round a
+    callbacks may write the same name (:func:`~fedhet.plugins.hooks.server_step.check_server_order`); in every round a
     callback that changes a broadcast statistic or a per-client payload entry it does not declare stops the run,
-    naming itself and the entry (:func:`~fedhet.plugins.server_step.run_server_hook`). The shared parameters belong to
-    the aggregator and are not part of the declaration.
+    naming itself and the entry (:func:`~fedhet.plugins.hooks.server_step.run_server_hook`). The shared parameters
+    belong to the aggregator and are not part of the declaration.
 
     Args:
         reads: broadcast statistics (keys of ``server_state.statistics``) the callback reads in its server hooks.
@@ -115,7 +115,7 @@ class FederationHooks:
     The engine passes each hook only the keyword arguments its signature names (as ``Fabric.call`` does), so an
     override may drop arguments it does not use. Order in a run: ``on_federation_start``; per round
     ``on_round_start``, per client ``on_client_fit_start`` then ``on_client_fit_end`` (see
-    :mod:`fedhet.plugins.runners` for the stacked runner's order), ``on_aggregate_start``, ``on_aggregate_end``,
+    :mod:`fedhet.plugins.clients.runners` for the stacked runner's order), ``on_aggregate_start``, ``on_aggregate_end``,
     ``on_evaluation_end`` (rounds that evaluate), ``on_round_end``; ``on_federation_end``.
 
     A callback whose ``on_aggregate_start``/``on_aggregate_end`` writes into the server state declares what it

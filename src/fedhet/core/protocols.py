@@ -121,7 +121,7 @@ class FederatedModuleProtocol(Protocol):
         """Freeze every parameter that ``phase`` does not train (``None``: unfreeze all)."""
 
     def configure_aggregator(self) -> Any:
-        """How the server folds the shared parameters: an :class:`~fedhet.plugins.aggregators.Aggregator`."""
+        """How the server folds the shared parameters: an :class:`~fedhet.plugins.Aggregator`."""
 
     def evaluation_metrics(self, stage: str) -> Any:
         """A ``torchmetrics.MetricCollection`` that ``validation_step``/``test_step`` update for ``stage``."""

@@ -145,7 +145,7 @@ def _run(spec: RunSpec) -> float:
         _, status, usage = os.wait4(proc.pid, 0)
         proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode != 0:
-        from fedhet.plugins.policies import DIVERGED_EXIT_STATUS
+        from fedhet.plugins.uploads.policies import DIVERGED_EXIT_STATUS
 
         subcommand, log = ("test", test_log) if test_log.is_file() else ("fit", fit_log)
         tail = log.read_text().strip().splitlines()[-3:]
@@ -337,11 +337,11 @@ def _set_aside_if_stale(spec: RunSpec, digest: str) -> None:
 def resume_point(folder: Path) -> tuple[Path, int] | None:
     """The latest ``last.ckpt`` of a stopped run in ``folder`` and the rounds it holds (``None``: start afresh).
 
-    A checkpoint that cannot be read (:func:`~fedhet.plugins.checkpoint.load_checkpoint` refuses it) is renamed
+    A checkpoint that cannot be read (:func:`~fedhet.plugins.storage.checkpoint.load_checkpoint` refuses it) is renamed
     ``last.ckpt.unreadable`` with a warning, so that neither this run nor a later one resumes from it.
     """
-    from fedhet.plugins.checkpoint import load_checkpoint
-    from fedhet.plugins.run_folder import latest_checkpoint
+    from fedhet.plugins.storage.checkpoint import load_checkpoint
+    from fedhet.plugins.storage.run_folder import latest_checkpoint
 
     path = latest_checkpoint(folder)
     if path is None:

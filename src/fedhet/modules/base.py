@@ -14,9 +14,9 @@ from torch import Tensor
 from torchmetrics import MetricCollection
 
 from fedhet.core import BatchLossModule, ClientSpec, LocalPhase, LocalTraining, Stacking, UploadDeclaration
-from fedhet.plugins.aggregators import Aggregator, WeightedMean
-from fedhet.plugins.export import in_memory, read_client_checkpoint
-from fedhet.plugins.local_loop import computed_metrics
+from fedhet.plugins import Aggregator, WeightedMean
+from fedhet.plugins.clients.local_loop import computed_metrics
+from fedhet.plugins.storage.export import in_memory, read_client_checkpoint
 
 #: the client description of the checkpoint being loaded by :meth:`FederatedModule.load_from_checkpoint`
 _LOADING_SPEC: ContextVar[ClientSpec | None] = ContextVar("fedhet_loading_client_spec", default=None)
@@ -74,7 +74,7 @@ class FederatedModule(LightningModule):
         The checkpoint holds the client's description, which the module needs to build its layers before Lightning
         loads the weights; checkpoints without one load as in Lightning. A checkpoint is data, never code: the file
         (a path, an ``http(s)`` URL or an open file) is read once, weights-only, and checked
-        (:func:`~fedhet.plugins.export.read_client_checkpoint`) before Lightning builds the module from it.
+        (:func:`~fedhet.plugins.storage.export.read_client_checkpoint`) before Lightning builds the module from it.
 
         Raises:
             ValueError: for ``weights_only=False``, and naming the file (and the field) for a checkpoint that holds
@@ -99,7 +99,7 @@ class FederatedModule(LightningModule):
         ``None`` (the default): they train one at a time. A module that writes its per-sample losses
         (``sample_losses``) or its masked batch loss (``masked_loss``) returns a :class:`~fedhet.core.Stacking`
         saying which of its attributes its local hooks set per client and what its steps draw; see
-        :mod:`fedhet.plugins.stacked`.
+        :mod:`fedhet.plugins.clients.stacked`.
         """
         return None
 
@@ -254,7 +254,7 @@ class FederatedModule(LightningModule):
         """What a client that joins after training adapts, from the final federation (its personal parameters).
 
         The engine runs these phases for each client held out of training
-        (:class:`~fedhet.plugins.sampling.NewClients`), each for the same ``adapt_epochs`` epochs whatever the
+        (:class:`~fedhet.plugins.NewClients`), each for the same ``adapt_epochs`` epochs whatever the
         method, before scoring it as ``test_new/...``. By default every parameter the module keeps personal trains
         (FedRep's, FedPer's and FedPAC's head, Global Layers' own layers); a module without personal parameters
         adapts as its :meth:`adaptation_phases` say (FedAvg-FT's fine-tuning; none for plain FedAvg).

@@ -44,7 +44,7 @@ from fedhet.functional.gaussian import bures_sq, class_moments, psd_sqrt
 from fedhet.functional.stacking import masked_mean
 from fedhet.modules.classifier import FederatedClassifier
 from fedhet.modules.flic_nets import Activation, cnn_embedding, mlp_embedding
-from fedhet.plugins.local_loop import phase_loader
+from fedhet.plugins.clients.local_loop import phase_loader
 
 #: names of the statistics FLIC uploads (its copy of the anchors after local training) and receives
 PERSONAL = ("body.embed.*", "head.*")
@@ -105,8 +105,8 @@ class FLIC(FederatedClassifier):
     optimizer after one backward pass. Under a plain ``lightning.Trainer`` (whose automatic optimisation steps one
     optimizer) the module runs both in its own hooks, with the same maths.
 
-    Clients train in stacks too (``FederatedTrainer(runner=StackedRunner(N))``, :mod:`fedhet.plugins.stacked`): the
-    step's loss is :meth:`masked_loss`, the terms of ``training_step`` over a presence mask of all :math:`C` classes
+    Clients train in stacks too (``FederatedTrainer(runner=StackedRunner(N))``, :mod:`fedhet.plugins.clients.stacked`):
+    the step's loss is :meth:`masked_loss`, the terms of ``training_step`` over a presence mask of all :math:`C` classes
     with padding rows left out (a client trained alone evaluates its batch's classes only), and its anchor noise is
     drawn with the batch (:meth:`step_draws`, its :meth:`stacking`'s ``draws``): the numbers ``training_step``
     draws, :math:`J` for each class of the batch, placed in a ``(J, C, k)`` layout, as are the anchor samples of

@@ -55,7 +55,7 @@ from torchmetrics import MeanMetric, MetricCollection
 from fedhet.core import ClientSpec, LocalPhase, Stacking
 from fedhet.modules.base import FederatedModule
 from fedhet.modules.metrics import ClientMetric
-from fedhet.plugins.aggregators import Aggregator, WeightedMean
+from fedhet.plugins import Aggregator, WeightedMean
 
 BNMode = Literal["frozen_stats", "train"]
 AggregateEvery = Literal["step", "epoch"]
@@ -198,7 +198,7 @@ class GlobalLayers(FederatedModule):
     steps, ``"epoch"``. With ``"step"`` one federation round is one batch step, so an epoch is ``B`` rounds, as
     :meth:`rounds_per_epoch` declares: state the length in epochs, ``epochs: 10`` in a ``fedhet fit`` config (the
     shipped ``configs/gl``), or in Python take the trainer's ``rounds`` and ``eval_every`` from
-    :func:`fedhet.plugins.epochs.epoch_schedule` (``epoch_schedule(model, epochs=10)`` gives 50 rounds evaluated
+    :func:`fedhet.plugins.rounds.epochs.epoch_schedule` (``epoch_schedule(model, epochs=10)`` gives 50 rounds evaluated
     every 5 with ``B = 5``). The engine draws each round's batch from a
     fresh shuffle of the client's rows, so over one epoch of ``"step"`` rounds a row can be drawn twice or not at all,
     where ``"epoch"`` visits ``B * floor(n_k / B)`` distinct rows.

@@ -1,37 +1,44 @@
-"""The Fabric-driven federation engine: round loop, sampling, aggregation, client state, checkpoints, upload privacy."""
+"""The Fabric-driven federation engine, and its public names (each imported from here, its one public path).
 
-from fedhet.core import ClientState, ClientUpdate, FederatedModuleProtocol, LocalPhase, ServerState
-from fedhet.plugins.aggregators import Aggregator, CoordinateMedian, TrimmedMean, WeightedMean
-from fedhet.plugins.options import Checkpointing, ClientStates, Faults, Processes, Reporting
-from fedhet.plugins.policies import FiniteUpload, PlainUpdate, PrivateUpdate, ServerUpdate, TimeBudget, UploadCheck
-from fedhet.plugins.privacy import UploadPrivacy
-from fedhet.plugins.runners import ClientRunner, SequentialRunner
-from fedhet.plugins.sampling import ClientSampler, FullParticipation, NewClients, UniformSampler
-from fedhet.plugins.stacked import StackedRunner
-from fedhet.plugins.trainer import FederatedTrainer
+Subpackages: ``rounds`` (the round loop: trainer, options, sampling, metrics, new clients), ``clients`` (a client's
+context, the runners, the local loop), ``uploads`` (upload checks, aggregation, private updates), ``storage`` (client
+states, run folders, checkpoints, export), ``processes`` (client-parallel processes, shared memory), ``hooks`` (callback
+dispatch, the server step's guard, the run's callbacks and loggers).
+"""
+
+from fedhet.plugins.clients.runners import ClientRunner, SequentialRunner
+from fedhet.plugins.clients.stacked import StackedRunner
+from fedhet.plugins.rounds.options import Checkpointing, ClientStates, Faults, Processes, Reporting
+from fedhet.plugins.rounds.sampling import ClientSampler, FullParticipation, NewClients, UniformSampler
+from fedhet.plugins.rounds.trainer import FederatedTrainer
+from fedhet.plugins.uploads.aggregators import Aggregator, CoordinateMedian, TrimmedMean, WeightedMean
+from fedhet.plugins.uploads.policies import (
+    FiniteUpload,
+    PlainUpdate,
+    PrivateUpdate,
+    ServerUpdate,
+    TimeBudget,
+    UploadCheck,
+)
+from fedhet.plugins.uploads.privacy import UploadPrivacy
 
 __all__ = [
     "Aggregator",
     "Checkpointing",
     "ClientRunner",
     "ClientSampler",
-    "ClientState",
     "ClientStates",
-    "ClientUpdate",
     "CoordinateMedian",
     "Faults",
-    "FederatedModuleProtocol",
     "FederatedTrainer",
     "FiniteUpload",
     "FullParticipation",
-    "LocalPhase",
     "NewClients",
     "PlainUpdate",
     "PrivateUpdate",
     "Processes",
     "Reporting",
     "SequentialRunner",
-    "ServerState",
     "ServerUpdate",
     "StackedRunner",
     "TimeBudget",

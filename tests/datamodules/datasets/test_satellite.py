@@ -9,8 +9,7 @@ from fedhet.datamodules import HybridFederation, SatelliteFederation
 from fedhet.datamodules.datasets import BANDS, load_satellite
 from fedhet.datamodules.datasets.satellite import CLASSES, band_columns, load_satellite_table
 from fedhet.modules import FLIC, HyFEM
-from fedhet.plugins import FederatedTrainer
-from fedhet.plugins.options import Checkpointing, Processes, Reporting
+from fedhet.plugins import Checkpointing, FederatedTrainer, Processes, Reporting
 from tests.trainer_options import trainer_options
 
 

@@ -5,8 +5,7 @@ import torch
 from fedhet.datamodules import VowelFederation
 from fedhet.datamodules.datasets import VOWELS, load_vowel
 from fedhet.modules import FedAvg, LocalOnly
-from fedhet.plugins import FederatedTrainer
-from fedhet.plugins.options import Checkpointing, Processes, Reporting
+from fedhet.plugins import Checkpointing, FederatedTrainer, Processes, Reporting
 
 
 @pytest.fixture(scope="module")

@@ -61,7 +61,7 @@ from fedhet.integrations.flower.records import (
 )
 
 if TYPE_CHECKING:
-    from fedhet.plugins.trainer import FederatedTrainer
+    from fedhet.plugins import FederatedTrainer
 
 log = logging.getLogger(__name__)
 

@@ -3,8 +3,8 @@
 Both sides use the engine's public API only. A node: :meth:`FederatedTrainer.setup
 <fedhet.plugins.FederatedTrainer.setup>`, :meth:`~fedhet.plugins.FederatedTrainer.fit_clients` (the trainer's client
 runner: the method's phases, seeds from ``(seed, round, client)``, the client hooks, the upload checks) and
-:meth:`ClientContext.evaluate <fedhet.plugins.context.ClientContext.evaluate>`. The server: the engine's own round
-(sampling, aggregation, server-side callbacks, summaries, logging, checkpoints) with a client runner,
+:meth:`ClientContext.evaluate <fedhet.plugins.clients.context.ClientContext.evaluate>`. The server: the engine's own
+round (sampling, aggregation, server-side callbacks, summaries, logging, checkpoints) with a client runner,
 :class:`RemoteRunner`, whose clients are the nodes.
 """
 
@@ -32,10 +32,9 @@ from fedhet.core import (
     ServerState,
     num_bytes,
 )
-from fedhet.plugins.context import ClientContext, ClientEvaluation
-from fedhet.plugins.hooks import CallbackHooks
-from fedhet.plugins.runners import ClientRunner
-from fedhet.plugins.trainer import FederatedTrainer
+from fedhet.plugins import ClientRunner, FederatedTrainer
+from fedhet.plugins.clients.context import ClientContext, ClientEvaluation
+from fedhet.plugins.hooks.dispatch import CallbackHooks
 
 log = logging.getLogger(__name__)
 
@@ -222,8 +221,8 @@ class RemoteClient:
 
 #: ``remote(kind, round_idx, requests) -> replies``: ``kind`` is ``"train"`` or a split (``"val"``, ``"test"``),
 #: ``requests`` maps each client to its :data:`Request`; a reply is ``(ClientUpdate, seconds)`` or a
-#: :class:`~fedhet.core.ClientFailure` for training, a :class:`~fedhet.plugins.context.ClientEvaluation` or ``None``
-#: (no such split) for evaluation, or an ``Exception`` saying why the node gave no usable answer
+#: :class:`~fedhet.core.ClientFailure` for training, a :class:`~fedhet.plugins.clients.context.ClientEvaluation` or
+#: ``None`` (no such split) for evaluation, or an ``Exception`` saying why the node gave no usable answer
 #: (:class:`~fedhet.core.InvalidUploadError`: a malformed reply; ``TimeoutError``: none in time). A client missing
 #: from the replies gave none. Every reply is untrusted: :class:`RemoteRunner` checks it against what the server
 #: expects.
@@ -250,9 +249,9 @@ def training_reply(client_id: str, reply: object) -> tuple[ClientUpdate, float] 
 
     The client is the one whose node was asked: a reply naming another client, or that is not an upload, is refused.
     What the upload holds is then checked by the client context's upload checks, the first of which holds it to the
-    client's declaration (:class:`~fedhet.plugins.policies.DeclaredUpload`, strict for a remote runner: the method's
-    shared parameters and declared statistics, names, shapes and dtypes, a sample count within the client's declared
-    ``num_train``, only the training metrics the method logs).
+    client's declaration (:class:`~fedhet.plugins.uploads.policies.DeclaredUpload`, strict for a remote runner: the
+    method's shared parameters and declared statistics, names, shapes and dtypes, a sample count within the client's
+    declared ``num_train``, only the training metrics the method logs).
     """
     if isinstance(reply, Exception):
         return _no_answer(client_id, reply)
@@ -295,7 +294,9 @@ def evaluation_reply(context: ClientContext, client_id: str, stage: str, reply: 
     names = set(metrics.keys())
     if not reply.metrics:
         raise InvalidUploadError("no metric in the evaluation")
-    if not set(reply.metrics) <= names:  # a metric the client never updated is left out (fedhet.plugins.local_loop)
+    if (
+        not set(reply.metrics) <= names
+    ):  # a metric the client never updated is left out (fedhet.plugins.clients.local_loop)
         odd = sorted(set(reply.metrics) - names)[0]
         raise InvalidUploadError(f"metric '{odd[:80]}' is not one the method computes")
     if isinstance(reply.num_samples, bool) or not isinstance(reply.num_samples, int):

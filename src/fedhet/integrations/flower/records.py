@@ -32,7 +32,7 @@ from fedhet.core import (
     InvalidUploadError,
     SpecLimits,
 )
-from fedhet.plugins.context import ClientEvaluation
+from fedhet.plugins.clients.context import ClientEvaluation
 
 _PAYLOAD, _STATISTICS, _SHARED, _METRICS, _CONFIG = "payload", "statistics", "shared", "metrics", "config"
 _FAILURE = "failure"

@@ -9,8 +9,8 @@ A round's uploads pass three kinds of policy:
   (``faults.client_time_budget_s``). A trainer's ``upload_checks`` adds the user's own.
 * :class:`FailureBudget` — per round, once the uploads are gathered: may the run go on with the clients that failed?
 * :class:`ServerUpdate` — per round: turn the admitted uploads into new shared parameters. :class:`PlainUpdate` folds
-  them with an :class:`~fedhet.plugins.aggregators.Aggregator`; :class:`PrivateUpdate` clips and noises them
-  (:class:`~fedhet.plugins.privacy.UploadPrivacy`) and accounts for the privacy spent.
+  them with an :class:`~fedhet.plugins.Aggregator`; :class:`PrivateUpdate` clips and noises them
+  (:class:`~fedhet.plugins.UploadPrivacy`) and accounts for the privacy spent.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from torch import Tensor
 
 from fedhet.core import ClientFailure, ClientUpdate, ExpectedUpload, non_finite
 from fedhet.core.seeding import derive_seed
-from fedhet.plugins.aggregators import Aggregator
-from fedhet.plugins.privacy import UploadPrivacy
+from fedhet.plugins.uploads.aggregators import Aggregator
+from fedhet.plugins.uploads.privacy import UploadPrivacy
 
 log = logging.getLogger(__name__)
 
@@ -218,7 +218,7 @@ class PrivateUpdate:
     """Client-level differential privacy: clipped updates, noise seeded by (seed, round[, client]), an accountant.
 
     Args:
-        privacy: the clipping, noise and accounting (:class:`~fedhet.plugins.privacy.UploadPrivacy`).
+        privacy: the clipping, noise and accounting (:class:`~fedhet.plugins.UploadPrivacy`).
         seed: the seed of the noise; ``None``: the run's (``FederatedTrainer`` fills it in).
 
     """

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from fedhet.plugins.callback_state import callback_keys, stateful
+from fedhet.plugins.storage.callback_state import callback_keys, stateful
 
 
 def data_digest(client: Any) -> str | None:

@@ -14,7 +14,7 @@ from typing import Any
 from torch import Tensor
 
 from fedhet.core import ServerAccess, ServerState, non_finite
-from fedhet.plugins.hooks import CallbackHooks
+from fedhet.plugins.hooks.dispatch import CallbackHooks
 
 #: An entry's tensor (held, so that no new tensor can take its identity) and its in-place version counter.
 _Mark = tuple[Tensor, int]

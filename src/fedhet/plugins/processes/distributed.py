@@ -33,7 +33,7 @@ from lightning.fabric.plugins.environments.slurm import SLURMEnvironment
 from lightning.fabric.plugins.environments.torchelastic import TorchElasticEnvironment
 from torch import Tensor
 
-from fedhet.plugins.shared_memory import SharedSegments, ordered_stores, shared_memory_available
+from fedhet.plugins.processes.shared_memory import SharedSegments, ordered_stores, shared_memory_available
 
 T = TypeVar("T")
 
@@ -214,10 +214,10 @@ def gather_objects(fabric: Fabric, obj: T) -> list[T]:
     """Every process's ``obj``, in rank order, on every process (identity on one process).
 
     The objects travel as :func:`pack_object` buffers. Between the CPU processes of one machine each buffer is
-    written into a shared-memory segment (:mod:`fedhet.plugins.shared_memory`), each buffer's length and segment go
-    through the run's shared-memory control block (:meth:`SharedSegments.exchange
-    <fedhet.plugins.shared_memory.SharedSegments.exchange>`; an ``all_gather`` where stores may be reordered), and the
-    others read it in place. Otherwise (several machines, NCCL, or no room in
+    written into a shared-memory segment (:mod:`fedhet.plugins.processes.shared_memory`), each buffer's length and
+    segment go through the run's shared-memory control block (:meth:`SharedSegments.exchange
+    <fedhet.plugins.processes.shared_memory.SharedSegments.exchange>`; an ``all_gather`` where stores may be reordered),
+    and the others read it in place. Otherwise (several machines, NCCL, or no room in
     ``/dev/shm``) one ``all_gather`` of the lengths, then one ``broadcast`` from each process of its buffer (on the
     process's device with NCCL): per-process broadcasts move the same bytes as an ``all_gather`` without padding every
     buffer to the longest, and with gloo on 2 CPU processes take half the time of its ``all_gather`` (5 against 9-10 ms

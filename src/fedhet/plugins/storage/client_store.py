@@ -17,7 +17,7 @@ from lightning_utilities.core.apply_func import apply_to_collection
 from torch import Tensor
 
 from fedhet.core import ClientState
-from fedhet.plugins.files import atomic_torch_save, hashed_name, try_lock
+from fedhet.plugins.storage.files import atomic_torch_save, hashed_name, try_lock
 
 log = logging.getLogger(__name__)
 

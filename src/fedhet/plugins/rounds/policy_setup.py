@@ -1,7 +1,7 @@
 """The trainer's policies as objects, the older flags as shorthands, resolved in one place (:func:`resolve_policies`).
 
-A :class:`~fedhet.plugins.FederatedTrainer` composes three policy objects (:mod:`fedhet.plugins.policies`,
-:mod:`fedhet.plugins.runners`): the upload checks every client's upload passes, the server update that turns the
+A :class:`~fedhet.plugins.FederatedTrainer` composes three policy objects (:mod:`fedhet.plugins.uploads.policies`,
+:mod:`fedhet.plugins.clients.runners`): the upload checks every client's upload passes, the server update that turns the
 admitted uploads into new shared parameters, and the client runner. Each can be given as an object; the older flags
 stay as shorthands for the common ones:
 
@@ -20,12 +20,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from fedhet.plugins.aggregators import Aggregator
-from fedhet.plugins.options import Faults, Processes
-from fedhet.plugins.policies import FiniteUpload, PlainUpdate, PrivateUpdate, ServerUpdate, TimeBudget, UploadCheck
-from fedhet.plugins.privacy import UploadPrivacy
-from fedhet.plugins.runners import ClientRunner, SequentialRunner
-from fedhet.plugins.stacked import StackedRunner
+from fedhet.plugins.clients.runners import ClientRunner, SequentialRunner
+from fedhet.plugins.clients.stacked import StackedRunner
+from fedhet.plugins.rounds.options import Faults, Processes
+from fedhet.plugins.uploads.aggregators import Aggregator
+from fedhet.plugins.uploads.policies import (
+    FiniteUpload,
+    PlainUpdate,
+    PrivateUpdate,
+    ServerUpdate,
+    TimeBudget,
+    UploadCheck,
+)
+from fedhet.plugins.uploads.privacy import UploadPrivacy
 
 
 @dataclass
@@ -33,8 +40,8 @@ class Policies:
     """The policy objects a trainer runs with.
 
     Args:
-        upload_checks: the checks after :class:`~fedhet.plugins.policies.DeclaredUpload` (which the client context
-            puts first): :class:`~fedhet.plugins.policies.FiniteUpload`, then the user's, then a time budget.
+        upload_checks: the checks after :class:`~fedhet.plugins.uploads.policies.DeclaredUpload` (which the client
+            context puts first): :class:`~fedhet.plugins.FiniteUpload`, then the user's, then a time budget.
         server_update: the server update, or ``None`` for the module's ``configure_aggregator()`` folded plainly
             (known only once the module is).
         runner: the client runner.

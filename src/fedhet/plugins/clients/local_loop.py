@@ -1,9 +1,9 @@
 """Local training: a client's schedule, its set-up in its module, and the one loop over phases and batches.
 
 :func:`run_phases` is the loop of every local training, for one client or a stack of ``K``: it sets each phase in the
-module and runs a step on each batch; the step is what differs with the group (:mod:`fedhet.plugins.local_step`: the
-module's own ``training_step`` for one client, as :func:`run_local_training` and a stack's preparation phases run it;
-the ``vmap`` of the clients' losses for a stack, :func:`~fedhet.plugins.stacked.train_stack`).
+module and runs a step on each batch; the step is what differs with the group (:mod:`fedhet.plugins.clients.local_step`:
+the module's own ``training_step`` for one client, as :func:`run_local_training` and a stack's preparation phases run
+it; the ``vmap`` of the clients' losses for a stack, :func:`~fedhet.plugins.clients.stacked.train_stack`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from torch.utils.data import DataLoader
 
 from fedhet.core import EngineModule, LocalPhase, LocalTraining
 from fedhet.datamodules.tensor_dataset import TensorBatchLoader, TensorPairDataset
-from fedhet.plugins.local_step import LocalStep, ModuleStep
+from fedhet.plugins.clients.local_step import LocalStep, ModuleStep
 
 
 def local_optimizers(module: EngineModule) -> list[Optimizer]:
@@ -158,7 +158,8 @@ def local_training(
         loader: the client's training batches (empty when only the optimizers are wanted).
         phases: the phases the module will run.
         optimizers: gives the optimizers, as new (e.g. :meth:`ModuleSlot.optimizers
-            <fedhet.plugins.slots.ModuleSlot.optimizers>`); ``None`` builds them with ``configure_optimizers()``.
+            <fedhet.plugins.clients.slots.ModuleSlot.optimizers>`); ``None`` builds them with
+            ``configure_optimizers()``.
 
     Yields:
         the ``LocalTraining`` (its ``logs`` collect what the module logs) and the built optimizers.
@@ -232,7 +233,7 @@ def run_local_training(
     ones it names (:attr:`~fedhet.core.LocalPhase.optimizer`, the first by default) after each backward pass and
     freezes the parameters it does not train, so they get no gradient and the optimizer leaves them alone (FedRep's
     head-then-body schedule). The phases run in the one local loop (:func:`run_phases`) with the module's own step
-    (:class:`~fedhet.plugins.local_step.ModuleStep`).
+    (:class:`~fedhet.plugins.clients.local_step.ModuleStep`).
 
     Args:
         fabric: the run's Fabric (device, precision, backward).
@@ -245,7 +246,7 @@ def run_local_training(
             when the module has several optimizers).
         keep_optimizer_state: return the optimizers' state for the next round.
         optimizers: gives the optimizers to step, as new (e.g. :meth:`ModuleSlot.optimizers
-            <fedhet.plugins.slots.ModuleSlot.optimizers>`), called once the module holds its ``LocalTraining``;
+            <fedhet.plugins.clients.slots.ModuleSlot.optimizers>`), called once the module holds its ``LocalTraining``;
             ``None`` builds them with ``configure_optimizers()``.
 
     Returns:
@@ -270,8 +271,8 @@ def run_phases(
 
     Each phase is set in the module (``set_local_phase``: it freezes what the phase does not train) and taken up by
     the step (the optimizers it names); the phase is left after the last, also on an error. The step is what differs
-    with the size of the group (:mod:`fedhet.plugins.local_step`): the module's own ``training_step`` for one client,
-    the ``vmap`` of their losses for a stack.
+    with the size of the group (:mod:`fedhet.plugins.clients.local_step`): the module's own ``training_step`` for one
+    client, the ``vmap`` of their losses for a stack.
 
     Args:
         module: the module (a client's, holding its ``LocalTraining``; or a stack's architecture).

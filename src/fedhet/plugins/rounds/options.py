@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from fedhet.plugins.launcher import StartMethod
+from fedhet.plugins.processes.launcher import StartMethod
 
 
 def _refuse(group: str, field: str, requirement: str, value: object) -> ValueError:
@@ -29,18 +29,18 @@ class Processes:
             modules are never wrapped for gradient synchronisation.
         devices: processes (CPU) or GPUs that share the clients.
         num_nodes: machines, for multi-node runs launched by ``fabric run``, torchrun or SLURM.
-        start_method: how ``fit`` starts the other processes of this machine (:mod:`fedhet.plugins.launcher`):
+        start_method: how ``fit`` starts the other processes of this machine (:mod:`fedhet.plugins.processes.launcher`):
             ``"fork"`` forks them from this one (no second interpreter start-up, imports, config or data; refused
             with the reason where it is not safe: CPU runs on Linux, no other thread, or one compute thread per
             process), ``"popen"`` runs the command again for each (Lightning's launcher), ``"auto"`` forks when that
             is safe, else runs the command again.
         precision: Fabric precision (``"32-true"``, ``"bf16-mixed"``...).
         stack_clients: shorthand for ``runner=StackedRunner(stack_clients)``: train the clients of a process in
-            stacks of up to this many at once with ``torch.func`` (:mod:`fedhet.plugins.stacked`). ``None``: the
+            stacks of up to this many at once with ``torch.func`` (:mod:`fedhet.plugins.clients.stacked`). ``None``: the
             trainer's ``runner`` (one client at a time by default).
         retain_cpu_heap: on a CPU run with glibc, keep freed memory in each process's heap for reuse
-            (:func:`~fedhet.plugins.heap.retain_freed_memory`, process-wide, from the start of ``fit``): a step's
-            large tensors then reuse pages instead of faulting in new ones (15% of a CNN round's time on a CPU in
+            (:func:`~fedhet.plugins.processes.heap.retain_freed_memory`, process-wide, from the start of ``fit``): a
+            step's large tensors then reuse pages instead of faulting in new ones (15% of a CNN round's time on a CPU in
             one fresh fit). The process keeps up to 128 MiB of freed memory it would have returned.
 
     """
@@ -86,7 +86,7 @@ class Faults:
     Args:
         max_client_failures: the fraction of a round's clients that may fail before the run stops; failed clients
             are left out of that round's aggregate, named in the log and counted in ``clients/failed``.
-        client_time_budget_s: shorthand for a :class:`~fedhet.plugins.policies.TimeBudget` upload check: seconds of
+        client_time_budget_s: shorthand for a :class:`~fedhet.plugins.TimeBudget` upload check: seconds of
             wall time a client's local work (loading its state, training, building its upload) may take; a slower
             client is left out of that round's aggregate, keeps its previous state and is counted in
             ``clients/failed`` and ``clients/stragglers``. ``None``: no limit. Wall time depends on the machine, so a

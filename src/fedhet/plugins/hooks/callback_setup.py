@@ -10,7 +10,7 @@ from lightning.pytorch import Callback, LightningModule
 from lightning.pytorch.loggers import Logger as LightningLogger
 from lightning.pytorch.loggers import WandbLogger
 
-from fedhet.plugins.server_step import check_server_order
+from fedhet.plugins.hooks.server_step import check_server_order
 
 #: What the trainer's ``logger`` takes: a Lightning logger or any Fabric logger. Lightning's logger base comes first so
 #: that a config's short class name (``TensorBoardLogger``, ``CSVLogger``), which Fabric's logger of the same name
@@ -43,7 +43,7 @@ def federation_callbacks(
     :func:`~fedhet.callbacks.lightning_adapters.adapt_lightning_callbacks`); a
     :class:`~fedhet.callbacks.dashboard.FederationDashboard` when a W&B logger is used and none was given; a
     :class:`~fedhet.callbacks.progress.RichRoundProgress` when ``progress`` and none was given. The order is checked
-    against the callbacks' declared server-state access (:func:`~fedhet.plugins.server_step.check_server_order`: a
+    against the callbacks' declared server-state access (:func:`~fedhet.plugins.hooks.server_step.check_server_order`: a
     callback that reads a server statistic runs after the one that writes it).
     """
     # imported here: fedhet.callbacks reaches fedhet.modules (HyFEM's server model), which imports this package

@@ -20,42 +20,42 @@ from fedhet.core import (
     RoundUploads,
     ServerState,
 )
-from fedhet.plugins.aggregators import Aggregator
-from fedhet.plugins.callback_setup import TrainerLogger, federation_callbacks, user_loggers
-from fedhet.plugins.callback_state import callback_states, load_callback_states
-from fedhet.plugins.checkpoint import (
-    check_checkpoint_matches,
-    check_resumed_rounds,
-    load_checkpoint,
-    resumed_logger_version,
-    save_checkpoint,
-)
-from fedhet.plugins.client_store import ClientStore
-from fedhet.plugins.comm import CommTotals
-from fedhet.plugins.context import ClientContext, check_federated_datamodule
-from fedhet.plugins.distributed import (
+from fedhet.plugins.clients.context import ClientContext, check_federated_datamodule
+from fedhet.plugins.clients.runners import ClientRunner
+from fedhet.plugins.clients.stacked import StackedRunner, check_stacking
+from fedhet.plugins.hooks.callback_setup import TrainerLogger, federation_callbacks, user_loggers
+from fedhet.plugins.hooks.dispatch import CallbackHooks
+from fedhet.plugins.hooks.server_step import check_server_state, run_server_hook
+from fedhet.plugins.processes.distributed import (
     barrier,
     check_multi_node_launch,
     destroy_process_group_at_exit,
     gather_objects,
     owner_rank,
 )
-from fedhet.plugins.export import export_clients, save_lightning_checkpoint, write_export_index
-from fedhet.plugins.fingerprint import fingerprint_differences
-from fedhet.plugins.heap import retain_freed_memory
-from fedhet.plugins.hooks import CallbackHooks
-from fedhet.plugins.launcher import use_start_method
-from fedhet.plugins.new_clients import NEW_CLIENT_STAGE, evaluate_new_clients
-from fedhet.plugins.options import Checkpointing, ClientStates, Faults, Processes, Reporting
-from fedhet.plugins.policies import FailureBudget, PlainUpdate, PrivateUpdate, ServerUpdate, UploadCheck
-from fedhet.plugins.policy_setup import resolve_policies
-from fedhet.plugins.privacy import UploadPrivacy
-from fedhet.plugins.run_folder import RunCSVLogger, RunFolder, RunFolderHeldError, version_of
-from fedhet.plugins.runners import ClientRunner
-from fedhet.plugins.sampling import ClientSampler, FullParticipation, NewClients
-from fedhet.plugins.server_step import check_server_state, run_server_hook
-from fedhet.plugins.stacked import StackedRunner, check_stacking
-from fedhet.plugins.summaries import evaluation_metrics, merge_uploads, training_metrics
+from fedhet.plugins.processes.heap import retain_freed_memory
+from fedhet.plugins.processes.launcher import use_start_method
+from fedhet.plugins.rounds.comm import CommTotals
+from fedhet.plugins.rounds.new_clients import NEW_CLIENT_STAGE, evaluate_new_clients
+from fedhet.plugins.rounds.options import Checkpointing, ClientStates, Faults, Processes, Reporting
+from fedhet.plugins.rounds.policy_setup import resolve_policies
+from fedhet.plugins.rounds.sampling import ClientSampler, FullParticipation, NewClients
+from fedhet.plugins.rounds.summaries import evaluation_metrics, merge_uploads, training_metrics
+from fedhet.plugins.storage.callback_state import callback_states, load_callback_states
+from fedhet.plugins.storage.checkpoint import (
+    check_checkpoint_matches,
+    check_resumed_rounds,
+    load_checkpoint,
+    resumed_logger_version,
+    save_checkpoint,
+)
+from fedhet.plugins.storage.client_store import ClientStore
+from fedhet.plugins.storage.export import export_clients, save_lightning_checkpoint, write_export_index
+from fedhet.plugins.storage.fingerprint import fingerprint_differences
+from fedhet.plugins.storage.run_folder import RunCSVLogger, RunFolder, RunFolderHeldError, version_of
+from fedhet.plugins.uploads.aggregators import Aggregator
+from fedhet.plugins.uploads.policies import FailureBudget, PlainUpdate, PrivateUpdate, ServerUpdate, UploadCheck
+from fedhet.plugins.uploads.privacy import UploadPrivacy
 
 _Command = TypeVar("_Command", bound=Callable[..., Any])
 
@@ -92,18 +92,19 @@ class FederatedTrainer:
 
     Callbacks receive the hooks of :class:`~fedhet.core.FederationHooks`, in the order it documents, each with only
     the keyword arguments it names (as with ``Fabric.call``); each client's pair fires inside the round's training, in
-    client order, as the client runner documents (:mod:`fedhet.plugins.runners`).
+    client order, as the client runner documents (:mod:`fedhet.plugins.clients.runners`).
 
-    The trainer composes policy objects (:mod:`fedhet.plugins.policy_setup`): a client runner
-    (:class:`~fedhet.plugins.runners.SequentialRunner`, or :class:`~fedhet.plugins.stacked.StackedRunner`) trains this
-    process's clients through a :class:`~fedhet.plugins.context.ClientContext`; upload checks
-    (:mod:`fedhet.plugins.policies`: what the client declared, finite uploads, the user's, a time budget) admit or
-    reject each upload; a failure budget decides whether a round may go on; a server update (plain aggregation, or
+    The trainer composes policy objects (:mod:`fedhet.plugins.rounds.policy_setup`): a client runner
+    (:class:`~fedhet.plugins.SequentialRunner`, or :class:`~fedhet.plugins.StackedRunner`) trains this
+    process's clients through a :class:`~fedhet.plugins.clients.context.ClientContext`; upload checks
+    (:mod:`fedhet.plugins.uploads.policies`: what the client declared, finite uploads, the user's, a time budget) admit
+    or reject each upload; a failure budget decides whether a round may go on; a server update (plain aggregation, or
     differential privacy) turns the admitted uploads into new shared parameters. Its other options come in groups
-    (:mod:`fedhet.plugins.options`). The run's folder (:class:`~fedhet.plugins.run_folder.RunFolder`), its callbacks
-    (:mod:`~fedhet.plugins.callback_setup`), byte counts (:class:`~fedhet.plugins.comm.CommTotals`), checkpoints
-    (:mod:`~fedhet.plugins.checkpoint`, :mod:`~fedhet.plugins.callback_state`, :mod:`~fedhet.plugins.fingerprint`),
-    round metrics (:mod:`~fedhet.plugins.summaries`) and client export (:mod:`~fedhet.plugins.export`) are components
+    (:mod:`fedhet.plugins.rounds.options`). The run's folder (:class:`~fedhet.plugins.storage.run_folder.RunFolder`),
+    its callbacks (:mod:`~fedhet.plugins.hooks.callback_setup`), byte counts
+    (:class:`~fedhet.plugins.rounds.comm.CommTotals`), checkpoints (:mod:`~fedhet.plugins.storage.checkpoint`,
+    :mod:`~fedhet.plugins.storage.callback_state`, :mod:`~fedhet.plugins.storage.fingerprint`), round metrics
+    (:mod:`~fedhet.plugins.rounds.summaries`) and client export (:mod:`~fedhet.plugins.storage.export`) are components
     of their own.
 
     Args:
@@ -115,7 +116,7 @@ class FederatedTrainer:
         sampler: which clients take part in a round; every client by default.
         default_root_dir: the folder of the runs: each run (``fit`` from scratch, ``validate``, ``test``) writes its
             config, CSV logs, checkpoints, spilled client states and plots into its own new ``version_N`` folder
-            there (:mod:`fedhet.plugins.run_folder`); a resumed ``fit`` goes on in its checkpoint's folder and
+            there (:mod:`fedhet.plugins.storage.run_folder`); a resumed ``fit`` goes on in its checkpoint's folder and
             ``export`` writes beside the run it exports. A command holds its folder under a lock until it ends: a
             second command on a held folder is refused, naming the holder.
         logger: a Lightning/Fabric logger or a list of them, logged to beside the run folder's own ``metrics.csv``
@@ -125,32 +126,32 @@ class FederatedTrainer:
         callbacks: federation callbacks (merged with the module's ``configure_callbacks()``); Lightning's
             ``ModelCheckpoint`` and ``EarlyStopping`` act at round granularity
             (:mod:`fedhet.callbacks.lightning_adapters`), any other Lightning callback is refused.
-        upload_checks: checks of the user's (:class:`~fedhet.plugins.policies.UploadCheck`) that every upload passes
+        upload_checks: checks of the user's (:class:`~fedhet.plugins.UploadCheck`) that every upload passes
             to join the round's aggregate, after the trainer's own: the client's declaration
-            (:class:`~fedhet.plugins.policies.DeclaredUpload`) and finite values
-            (:class:`~fedhet.plugins.policies.FiniteUpload`).
+            (:class:`~fedhet.plugins.uploads.policies.DeclaredUpload`) and finite values
+            (:class:`~fedhet.plugins.FiniteUpload`).
         server_update: how the admitted uploads become new shared parameters
-            (:class:`~fedhet.plugins.policies.ServerUpdate`): an
-            :class:`~fedhet.plugins.aggregators.Aggregator` (folded plainly, e.g. ``CoordinateMedian``), an
-            :class:`~fedhet.plugins.privacy.UploadPrivacy` (client-level differential privacy: clipped updates,
+            (:class:`~fedhet.plugins.ServerUpdate`): an
+            :class:`~fedhet.plugins.Aggregator` (folded plainly, e.g. ``CoordinateMedian``), an
+            :class:`~fedhet.plugins.UploadPrivacy` (client-level differential privacy: clipped updates,
             Gaussian noise on the uniform mean of the shared parameters and on the chosen statistics,
             ``privacy/epsilon`` logged every round), or a policy object. ``None``: the module's
             ``configure_aggregator()`` (a weighted mean by default).
-        runner: how this process's clients train (:class:`~fedhet.plugins.runners.ClientRunner`): one at a time
+        runner: how this process's clients train (:class:`~fedhet.plugins.ClientRunner`): one at a time
             (``SequentialRunner``, the default), or in stacks with ``torch.func``
-            (:class:`~fedhet.plugins.stacked.StackedRunner`: much less Python time per client for small models, the
+            (:class:`~fedhet.plugins.StackedRunner`: much less Python time per client for small models, the
             same results up to floating-point summation order; ``fit`` refuses a module or an optimizer it cannot
             stack, naming the reason).
         processes: accelerator, devices, nodes, how processes start, precision, stacking
-            (:class:`~fedhet.plugins.options.Processes`). With ``devices=N`` the sampled clients are spread over N
+            (:class:`~fedhet.plugins.Processes`). With ``devices=N`` the sampled clients are spread over N
             processes and the uploads are gathered and aggregated in client order, so results do not depend on N.
-        checkpointing: when the federation is saved (:class:`~fedhet.plugins.options.Checkpointing`).
+        checkpointing: when the federation is saved (:class:`~fedhet.plugins.Checkpointing`).
         faults: how many failing clients a round survives, and the stragglers' time budget
-            (:class:`~fedhet.plugins.options.Faults`).
+            (:class:`~fedhet.plugins.Faults`).
         client_state: how personal layers start and how much client state stays in memory
-            (:class:`~fedhet.plugins.options.ClientStates`).
+            (:class:`~fedhet.plugins.ClientStates`).
         reporting: how often clients are evaluated, per-client metrics, the progress display
-            (:class:`~fedhet.plugins.options.Reporting`).
+            (:class:`~fedhet.plugins.Reporting`).
 
     """
 
@@ -217,7 +218,7 @@ class FederatedTrainer:
 
         A run from scratch writes into a new ``version_N`` folder of ``default_root_dir``; a run resumed from a
         checkpoint of one of those folders goes on in that folder. The folder is held for the whole ``fit``: another
-        command on it is refused (:meth:`~fedhet.plugins.run_folder.RunFolder.hold`).
+        command on it is refused (:meth:`~fedhet.plugins.storage.run_folder.RunFolder.hold`).
         """
         path = self.run.resolve_checkpoint(ckpt_path, required=False)
         read = _file_identity(path)
@@ -263,7 +264,7 @@ class FederatedTrainer:
     def test(self, model: LightningModule, datamodule: FederatedData, ckpt_path: str | None = None) -> dict[str, float]:
         """Evaluate every client's personalised model on its test split.
 
-        With a :class:`~fedhet.plugins.sampling.NewClients` sampler, the clients it held out of training are left out
+        With a :class:`~fedhet.plugins.NewClients` sampler, the clients it held out of training are left out
         of ``test/...``; each adapts from the final federation and is scored in ``test_new/...``.
         """
         return self._evaluate_only("test", model, datamodule, ckpt_path)
@@ -302,7 +303,7 @@ class FederatedTrainer:
 
         ``fedhet export -c <config> --ckpt_path last`` runs this: every client (or those named in ``clients``) of the
         checkpoint's federation, each loadable with its module class's ``load_from_checkpoint`` (:meth:`export_client`).
-        Files are named by an encoded client id (:func:`~fedhet.plugins.export.client_file_name`) and written
+        Files are named by an encoded client id (:func:`~fedhet.plugins.storage.export.client_file_name`) and written
         atomically; ``clients/index.json`` maps client ids to files. A checkpoint outside a version folder exports
         into a new one.
 
@@ -425,7 +426,7 @@ class FederatedTrainer:
         """Rank 0 holds the run's version folder for ``command`` and every rank binds it, or raises rank 0's refusal.
 
         The folder is the trainer's own once bound, else ``version``, else a new one
-        (:meth:`~fedhet.plugins.run_folder.RunFolder.hold`).
+        (:meth:`~fedhet.plugins.storage.run_folder.RunFolder.hold`).
         """
         fabric = self._fabric
         held: int | str | None = None
@@ -451,7 +452,7 @@ class FederatedTrainer:
         memory (``client_state_budget_mb`` needs the folder to spill into).
 
         Returns:
-            the :class:`~fedhet.plugins.context.ClientContext` of the run.
+            the :class:`~fedhet.plugins.clients.context.ClientContext` of the run.
 
         """
         self._launch(model, run_folder=run_folder)
@@ -573,10 +574,10 @@ class FederatedTrainer:
         return metrics
 
     def _evaluate_new_clients(self, round_idx: int) -> dict[str, float]:
-        """The clients held out of training (:class:`~fedhet.plugins.sampling.NewClients`), adapted and scored.
+        """The clients held out of training (:class:`~fedhet.plugins.NewClients`), adapted and scored.
 
         Each process adapts the held-out clients it owns from the federation as it stands
-        (:mod:`fedhet.plugins.new_clients`); the summaries over all of them are ``test_new/...``.
+        (:mod:`fedhet.plugins.rounds.new_clients`); the summaries over all of them are ``test_new/...``.
         """
         if not isinstance(self.sampler, NewClients):
             return {}

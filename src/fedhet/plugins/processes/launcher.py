@@ -30,7 +30,7 @@ from lightning.fabric import Fabric
 from lightning.fabric.strategies.launchers.subprocess_script import _ChildProcessObserver, _SubprocessScriptLauncher
 from lightning.fabric.utilities.distributed import _set_num_threads_if_needed, _suggested_max_num_threads
 
-from fedhet.plugins.distributed import dead_children, note_launcher_pid
+from fedhet.plugins.processes.distributed import dead_children, note_launcher_pid
 
 log = logging.getLogger(__name__)
 

@@ -64,8 +64,8 @@ from fedhet.core import (
 )
 from fedhet.core.seeding import generator_states, rng_preserved, seeded, set_generator_states
 from fedhet.functional.stacking import stack_states, unstack_states
-from fedhet.plugins.context import ClientContext, ClientJob, LocalResult
-from fedhet.plugins.local_loop import (
+from fedhet.plugins.clients.context import ClientContext, ClientJob, LocalResult
+from fedhet.plugins.clients.local_loop import (
     local_metrics,
     local_optimizers,
     local_schedule,
@@ -73,12 +73,12 @@ from fedhet.plugins.local_loop import (
     run_phases,
     started_client,
 )
-from fedhet.plugins.local_step import StackedStep
-from fedhet.plugins.runners import LocalRunner
-from fedhet.plugins.stacked_optimizers import (
+from fedhet.plugins.clients.local_step import StackedStep
+from fedhet.plugins.clients.runners import LocalRunner
+from fedhet.plugins.clients.stacked_optimizers import (
     ELEMENTWISE_OPTIMIZERS as ELEMENTWISE_OPTIMIZERS,  # what stacking_refusal accepts: part of this module's API
 )
-from fedhet.plugins.stacked_optimizers import (
+from fedhet.plugins.clients.stacked_optimizers import (
     load_stacked_state,
     optimizer_names,
     optimizer_refusal,
@@ -200,14 +200,14 @@ def train_stack(
 ) -> StackResult:
     """Train ``K`` clients of ``module``'s architecture at once through the local ``phases``.
 
-    The local loop (:func:`~fedhet.plugins.local_loop.run_phases`) runs a
-    :class:`~fedhet.plugins.local_step.StackedStep` on the clients' batches of each step: it stacks them (zero-padded
-    to the longest, see :func:`~fedhet.functional.stack_padded`), computes every client's loss with ``torch.func.vmap``
-    over ``torch.func.functional_call`` of ``module.sample_losses`` (their masked mean) or ``module.masked_loss``,
-    back-propagates their sum into the stacked tensors and steps the optimizers that the phase names, each built from
-    ``module.configure_optimizers()`` (:func:`stacked_optimizer`). A phase trains the parameters that
-    ``module.set_local_phase(phase)`` leaves trainable; an optimizer may also step some of the ``inputs`` (tensors the
-    module holds as attributes, e.g. FLIC's anchor copy, which its ``configure_optimizers()`` makes).
+    The local loop (:func:`~fedhet.plugins.clients.local_loop.run_phases`) runs a
+    :class:`~fedhet.plugins.clients.local_step.StackedStep` on the clients' batches of each step: it stacks them
+    (zero-padded to the longest, see :func:`~fedhet.functional.stack_padded`), computes every client's loss with
+    ``torch.func.vmap`` over ``torch.func.functional_call`` of ``module.sample_losses`` (their masked mean) or
+    ``module.masked_loss``, back-propagates their sum into the stacked tensors and steps the optimizers that the phase
+    names, each built from ``module.configure_optimizers()`` (:func:`stacked_optimizer`). A phase trains the parameters
+    that ``module.set_local_phase(phase)`` leaves trainable; an optimizer may also step some of the ``inputs`` (tensors
+    the module holds as attributes, e.g. FLIC's anchor copy, which its ``configure_optimizers()`` makes).
 
     Args:
         module: a stackable module (:func:`stacking_refusal`); its own tensors are not used or changed.
@@ -309,7 +309,7 @@ class StackedRunner(LocalRunner):
     ``train_dataloader()`` under the seed of the sequential path, and joins the open stack of its architecture, phases
     and steps per phase; a full stack trains at once, the others when the round's clients are all submitted. Then each
     client of the stack is finished as in the sequential path
-    (:meth:`~fedhet.plugins.context.ClientContext.finish`). A stack whose training raises fails all its clients.
+    (:meth:`~fedhet.plugins.clients.context.ClientContext.finish`). A stack whose training raises fails all its clients.
 
     Args:
         size: the most clients in one stack.
@@ -400,7 +400,7 @@ def _prepare(
 ) -> tuple[dict[str, Any], dict[str, float]]:
     """Start the client its module holds as the sequential path does, and run its preparation phases there.
 
-    Through :func:`~fedhet.plugins.local_loop.started_client`, as ``run_local_training``: the module gets its
+    Through :func:`~fedhet.plugins.clients.local_loop.started_client`, as ``run_local_training``: the module gets its
     ``LocalTraining``, its optimizers are built (a module may make per-client tensors there, e.g. FLIC's anchor copy),
     ``on_train_start`` runs, then the one local loop runs the ``preparation_phases()`` (FLIC's pre-training or
     re-alignment) with the module's own step, one client at a time.
@@ -426,7 +426,9 @@ def _schedule_batches(
     phases: Sequence[LocalPhase],
     draws: Callable[[Any, str | None], Any] | None,
 ) -> list[list[Any]]:
-    """A client's batches of each local phase (its :func:`~fedhet.plugins.local_loop.local_schedule`), on the device.
+    """A client's batches of each local phase, on the device.
+
+    The batches are the client's :func:`~fedhet.plugins.clients.local_loop.local_schedule`.
 
     A :class:`~fedhet.core.BatchLossModule` completes each with its step's random draws (its stacking's ``draws``)
     right after the batch is drawn: the numbers its ``training_step`` draws on the sequential path, from the same

@@ -1,7 +1,7 @@
 """New-client evaluation: clients held out of training join the final federation, adapt, and are scored.
 
 As PFLlib's ``num_new_clients``, and as FLIC's clients that join late (Rakotomamonjy et al., TMLR 2024, S1.4): each
-client that :class:`~fedhet.plugins.sampling.NewClients` held out starts from what the federation ends with (the
+client that :class:`~fedhet.plugins.NewClients` held out starts from what the federation ends with (the
 server's shared parameters and broadcast statistics, personal layers initialised as any new client's), runs its
 method's ``new_client_phases()`` for a budget of ``adapt_epochs`` epochs per phase, the same for every method, and is
 scored on its own test split. It works on a module of its own: the server state, the client store and every training
@@ -18,8 +18,8 @@ from lightning.fabric.utilities.apply_func import move_data_to_device
 
 from fedhet.core import EngineModule, LocalPhase
 from fedhet.core.seeding import derive_seed, rng_preserved, seeded
-from fedhet.plugins.context import ClientContext, ClientEvaluation
-from fedhet.plugins.local_loop import evaluate_client, run_local_training
+from fedhet.plugins.clients.context import ClientContext, ClientEvaluation
+from fedhet.plugins.clients.local_loop import evaluate_client, run_local_training
 
 NEW_CLIENT_STAGE = "test_new"
 """The prefix of the new clients' metrics: ``test_new/<metric>_mean``, ``_weighted``, ``_worst``."""

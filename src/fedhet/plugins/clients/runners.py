@@ -1,15 +1,15 @@
 """Client runners: how a process trains its clients of a round, one by one or in stacks, on one shared code path.
 
 Every local runner (:class:`LocalRunner`) goes through the same steps for each client, in client order, using only a
-:class:`~fedhet.plugins.context.ClientContext`:
+:class:`~fedhet.plugins.clients.context.ClientContext`:
 
-1. :meth:`ClientContext.start <fedhet.plugins.context.ClientContext.start>` loads the client's personal state and the
-   server's payload into its architecture's module and fires ``on_client_fit_start(trainer, round_idx, client_id,
-   module)``;
+1. :meth:`ClientContext.start <fedhet.plugins.clients.context.ClientContext.start>` loads the client's personal state
+   and the server's payload into its architecture's module and fires ``on_client_fit_start(trainer, round_idx,
+   client_id, module)``;
 2. the runner trains it (:meth:`LocalRunner.submit`): at once (:class:`SequentialRunner`), or once a stack of
    clients like it is full or the round's clients are all submitted
-   (:class:`~fedhet.plugins.stacked.StackedRunner`);
-3. :meth:`ClientContext.finish <fedhet.plugins.context.ClientContext.finish>` builds its upload, fires
+   (:class:`~fedhet.plugins.StackedRunner`);
+3. :meth:`ClientContext.finish <fedhet.plugins.clients.context.ClientContext.finish>` builds its upload, fires
    ``on_client_fit_end(trainer, round_idx, client_id, module, update)`` with the module holding its trained state,
    and admits the upload or records why not (the upload checks).
 
@@ -27,7 +27,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
 from fedhet.core import RoundUploads, rng_preserved
-from fedhet.plugins.context import ClientContext, ClientEvaluation, ClientJob
+from fedhet.plugins.clients.context import ClientContext, ClientEvaluation, ClientJob
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +54,7 @@ class ClientRunner(ABC):
 
         Returns:
             the admitted uploads (through :meth:`ClientContext.admit
-            <fedhet.plugins.context.ClientContext.admit>`), the failed clients and the bytes sent down.
+            <fedhet.plugins.clients.context.ClientContext.admit>`), the failed clients and the bytes sent down.
 
         """
 
@@ -67,7 +67,7 @@ class ClientRunner(ABC):
         client without such a split is in neither.
 
         Returns:
-            each evaluated client's :class:`~fedhet.plugins.context.ClientEvaluation`, and the failed clients.
+            each evaluated client's :class:`~fedhet.plugins.clients.context.ClientEvaluation`, and the failed clients.
 
         """
         evaluations: dict[str, ClientEvaluation] = {}

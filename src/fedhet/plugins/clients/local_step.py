@@ -1,10 +1,10 @@
-"""The two kinds of local step that the one local loop (:func:`~fedhet.plugins.local_loop.run_phases`) drives.
+"""The two kinds of local step that the one local loop (:func:`~fedhet.plugins.clients.local_loop.run_phases`) drives.
 
 * :class:`ModuleStep` — one client in its module: the module's own ``training_step``, Fabric's backward, the phase's
   optimizers (any module; the sequential runner, preparation phases, adaptation).
 * :class:`StackedStep` — ``K`` clients of one architecture at once: each client's loss computed with its own slices
   of the stacked tensors by ``torch.func.functional_call`` under ``torch.func.vmap``, one backward of their sum, the
-  stacked optimizers (:mod:`fedhet.plugins.stacked`).
+  stacked optimizers (:mod:`fedhet.plugins.clients.stacked`).
 
 A stack of one client is not the sequential path's step: measured on ``benchmarks/stacked_methods.py``'s workload, the
 functional step of a stack of one takes about three times as long per round as the module's own (FedAvg, FedPAC), so
@@ -121,11 +121,12 @@ class StackedStep:
     ``masked_loss`` (``batch_loss``), plus its ``local_penalty`` to its state before training (``penalised``: FedProx).
 
     Args:
-        module: a stackable module (:func:`~fedhet.plugins.stacked.stacking_refusal`); its own tensors are not used.
+        module: a stackable module (:func:`~fedhet.plugins.clients.stacked.stacking_refusal`); its own tensors are not
+            used.
         leaves: ``name -> (K, *shape)``: the stacked tensors the losses are computed with, one per tensor of the
             module's state at least (and one per attribute that replaces the module's for each client).
         optimizers: the stacked optimizers, in the module's order
-            (:func:`~fedhet.plugins.stacked_optimizers.stacked_optimizer`).
+            (:func:`~fedhet.plugins.clients.stacked_optimizers.stacked_optimizer`).
         batch_loss: the loss is ``masked_loss`` (a :class:`~fedhet.core.BatchLossModule`), not ``sample_losses``.
         penalised: add each client's ``local_penalty`` (a :class:`~fedhet.core.PenalisedModule`).
 

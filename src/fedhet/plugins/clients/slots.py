@@ -9,7 +9,7 @@ from torch import Tensor
 from torch.optim import Optimizer
 
 from fedhet.core import EngineModule
-from fedhet.plugins.local_loop import local_optimizers
+from fedhet.plugins.clients.local_loop import local_optimizers
 
 
 class ModuleSlot:

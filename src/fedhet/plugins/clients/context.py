@@ -2,8 +2,8 @@
 
 The trainer builds one context per ``fit``/``validate``/``test`` from the module and the federated datamodule. It owns
 the per-client plumbing that the sequential and stacked runners share: one module per client architecture
-(:class:`~fedhet.plugins.slots.ModuleSlot`), loading a client's personal state and the server's payload into it, the
-seeds of a client's draws, the two client hooks, turning trained tensors into a :class:`~fedhet.core.ClientUpdate`,
+(:class:`~fedhet.plugins.clients.slots.ModuleSlot`), loading a client's personal state and the server's payload into it,
+the seeds of a client's draws, the two client hooks, turning trained tensors into a :class:`~fedhet.core.ClientUpdate`,
 and admitting or rejecting that upload with the run's upload checks. A runner never touches the trainer itself.
 """
 
@@ -35,12 +35,12 @@ from fedhet.core import (
     to_cpu,
 )
 from fedhet.core.seeding import derive_seed, seeded
-from fedhet.plugins.client_store import ClientStore
-from fedhet.plugins.fingerprint import run_fingerprint
-from fedhet.plugins.hooks import CallbackHooks
-from fedhet.plugins.local_loop import evaluate_client, run_local_training
-from fedhet.plugins.policies import DeclaredUpload, UploadCheck
-from fedhet.plugins.slots import ModuleSlot
+from fedhet.plugins.clients.local_loop import evaluate_client, run_local_training
+from fedhet.plugins.clients.slots import ModuleSlot
+from fedhet.plugins.hooks.dispatch import CallbackHooks
+from fedhet.plugins.storage.client_store import ClientStore
+from fedhet.plugins.storage.fingerprint import run_fingerprint
+from fedhet.plugins.uploads.policies import DeclaredUpload, UploadCheck
 
 
 def check_federated_datamodule(datamodule: object) -> None:
@@ -107,7 +107,7 @@ class ClientEvaluation(NamedTuple):
 
 
 class ClientContext:
-    """What a :class:`~fedhet.plugins.runners.ClientRunner` may use of the federation: data, modules, store, hooks.
+    """What a :class:`~fedhet.plugins.ClientRunner` may use of the federation: data, modules, store, hooks.
 
     Args:
         fabric: the run's Fabric (device, precision, rank).
@@ -118,7 +118,7 @@ class ClientContext:
         local_steps: the trainer's ``local_steps``.
         hooks: the run's callback dispatch.
         checks: the upload checks an upload must pass to be admitted (non-finite, time budget...), after the check
-            against what the server expects of the client (:class:`~fedhet.plugins.policies.DeclaredUpload`).
+            against what the server expects of the client (:class:`~fedhet.plugins.uploads.policies.DeclaredUpload`).
         server_state: returns the server state clients load from (the trainer may replace it on resume).
         store: returns the client state store (the trainer may replace it on resume).
         personal_init: ``"shared"``: a client's personal layers start from its architecture's one draw (the one that
@@ -308,7 +308,7 @@ class ClientContext:
         return module
 
     def fingerprint(self, callbacks: Sequence[Any]) -> dict[str, Any]:
-        """What this run is (:func:`~fedhet.plugins.fingerprint.run_fingerprint`), computed once per context."""
+        """What this run is (:func:`~fedhet.plugins.storage.fingerprint.run_fingerprint`), computed once per context."""
         if self._fingerprint is None:
             self._fingerprint = run_fingerprint(self.template, self._data, self.specs, callbacks)
         return self._fingerprint

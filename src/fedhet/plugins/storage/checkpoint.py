@@ -9,7 +9,7 @@ from typing import Any, cast
 
 import torch
 
-from fedhet.plugins.files import atomic_torch_save, check_structure, path_under
+from fedhet.plugins.storage.files import atomic_torch_save, check_structure, path_under
 
 log = logging.getLogger(__name__)
 
@@ -66,8 +66,8 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     Raises:
         FileNotFoundError: when ``path`` is not a file.
         ValueError: naming ``path`` when it is not a fedhet checkpoint of this format version, its content is
-            nested too deep or too large to walk (:func:`~fedhet.plugins.files.check_structure`), or does not match
-            its checksum.
+            nested too deep or too large to walk (:func:`~fedhet.plugins.storage.files.check_structure`), or does not
+            match its checksum.
 
     """
     path = Path(path)
@@ -159,7 +159,7 @@ def check_checkpoint_matches(
         client_ids: this run's clients, in order.
         seed: this run's seed.
         differences: what differs between the checkpoint's fingerprint and this run's
-            (:func:`~fedhet.plugins.fingerprint.fingerprint_differences`).
+            (:func:`~fedhet.plugins.storage.fingerprint.fingerprint_differences`).
         private: whether this run uses differential privacy (``None``: not checked, e.g. when only evaluating).
 
     Raises:

@@ -28,8 +28,8 @@ from lightning.pytorch.core.saving import save_hparams_to_yaml
 from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 
-from fedhet.plugins.client_store import remove_dead_spills
-from fedhet.plugins.files import atomic_write, try_lock
+from fedhet.plugins.storage.client_store import remove_dead_spills
+from fedhet.plugins.storage.files import atomic_write, try_lock
 
 log = logging.getLogger(__name__)
 
@@ -123,8 +123,8 @@ class RunFolder:
         """Lock the version folder for a command (``version``, or a new one claimed): held until :meth:`release`.
 
         The holder (command, process, machine, start) is recorded beside the lock; the spill folders that killed runs
-        left in the folder are deleted (:func:`~fedhet.plugins.client_store.remove_dead_spills`). Holding the folder
-        already (a trainer's next command) keeps it. Only one process of a run (rank 0) holds it.
+        left in the folder are deleted (:func:`~fedhet.plugins.storage.client_store.remove_dead_spills`). Holding the
+        folder already (a trainer's next command) keeps it. Only one process of a run (rank 0) holds it.
 
         Args:
             version: the version to hold; ``None`` claims the next free one (:func:`claim_version`).

@@ -84,7 +84,8 @@ class NewClients(ClientSampler):
     federation had only them. After training, each held-out client starts from the final federation and adapts what
     its method says a new client adapts (``new_client_phases()`` of
     :class:`~fedhet.modules.FederatedModule`) for ``adapt_epochs`` epochs, then is scored on its test split as
-    ``test_new/<metric>_mean|_weighted|_worst`` (:mod:`fedhet.plugins.new_clients`), as PFLlib's ``num_new_clients``.
+    ``test_new/<metric>_mean|_weighted|_worst`` (:mod:`fedhet.plugins.rounds.new_clients`), as PFLlib's
+    ``num_new_clients``.
 
     Args:
         fraction: the fraction of clients held out, in ``(0, 1)``; the count is ``round(fraction * N)``, at least one

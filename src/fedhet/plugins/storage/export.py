@@ -24,7 +24,7 @@ from lightning.fabric.utilities.cloud_io import get_filesystem
 from lightning.pytorch import LightningModule
 
 from fedhet.core import ClientSpec
-from fedhet.plugins.files import atomic_torch_save, atomic_write, check_structure, hashed_name
+from fedhet.plugins.storage.files import atomic_torch_save, atomic_write, check_structure, hashed_name
 
 #: the checkpoint key holding the client's description (``ClientSpec.to_dict()``)
 CLIENT_SPEC_KEY = "fedhet_client_spec"
@@ -122,8 +122,8 @@ def read_client_checkpoint(
 
     Raises:
         ValueError: naming the file when it holds more than tensors and plain values (no pickled code is ever run),
-            is nested too deep or too large (:func:`~fedhet.plugins.files.check_structure`), is not a dictionary, or
-            holds a client description with a field of the wrong type or out of range (naming the field).
+            is nested too deep or too large (:func:`~fedhet.plugins.storage.files.check_structure`), is not a
+            dictionary, or holds a client description with a field of the wrong type or out of range (naming the field).
 
     """
     source = f"checkpoint {str(checkpoint_path)!r}"

@@ -81,8 +81,8 @@ def training_metrics(
     """A round's training metrics from its admitted uploads and its failed clients.
 
     The clients' mean training loss, plain and sample-weighted; participants, failures and stragglers; the ``comm``
-    metrics (:class:`~fedhet.plugins.comm.CommTotals`); and the mean over the clients of each other value a module
-    logged during local training (its ``self.log``), as ``<name>_mean``.
+    metrics (:class:`~fedhet.plugins.rounds.comm.CommTotals`); and the mean over the clients of each other value a
+    module logged during local training (its ``self.log``), as ``<name>_mean``.
 
     Example:
         >>> from fedhet.core import ClientUpdate

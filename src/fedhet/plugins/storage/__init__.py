@@ -1,0 +1,1 @@
+"""Client state and files: the client store, run folders, checkpoints and what they record, exported clients."""

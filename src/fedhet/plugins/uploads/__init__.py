@@ -1,0 +1,1 @@
+"""What the server does with the uploads: checks and failure budget, aggregation, private updates."""
