@@ -1,8 +1,11 @@
 """The engine's typed surface: the trainer is what callbacks are typed against, and hooks keep one signature."""
 
+import importlib
 import inspect
+import pkgutil
 
-import fedhet.modules  # noqa: F401  (modules define callbacks too, e.g. Global Layers)
+import fedhet.callbacks
+import fedhet.modules
 from fedhet.callbacks import FederatedCallback
 from fedhet.core import Federation, FederationHooks
 from fedhet.modules import FedAvg
@@ -27,6 +30,9 @@ def all_subclasses(cls):
 
 
 def test_every_shipped_callback_hook_takes_the_typed_hooks_arguments():
+    for package in (fedhet.callbacks, fedhet.modules):  # modules define callbacks too, e.g. Global Layers
+        for info in pkgutil.iter_modules(package.__path__, f"{package.__name__}."):
+            importlib.import_module(info.name)
     hooks = [name for name in vars(FederationHooks) if name.startswith("on_")]
     assert len(hooks) == 9
     shipped = [cls for cls in all_subclasses(FederatedCallback) if cls.__module__.startswith("fedhet.")]

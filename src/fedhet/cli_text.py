@@ -1,4 +1,4 @@
-"""Text for the ``fedhet`` command line: a parse error cut to its one sentence, a docstring without reST markup.
+"""Text for the ``fedhet`` command line: its commands, a parse error cut to its one sentence, a docstring as plain text.
 
 jsonargparse reports a bad value inside a ``class_path``/``init_args`` section as a tree of every type it tried
 (``Does not validate against any of the Union subtypes``, ``Subtypes: [...]``, ``Given value: ...``), the one
@@ -10,7 +10,19 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["error_sentence", "plain_text"]
+__all__ = ["COMMANDS", "DESCRIPTION", "error_sentence", "plain_text"]
+
+DESCRIPTION = "fedhet: personalised federated learning across heterogeneous clients, on Lightning and Fabric."
+"""What ``fedhet --help`` (and each command's parser) says the tool is."""
+
+COMMANDS = {
+    "fit": "train a federation from a config: fedhet fit -c configs/<method>/<dataset>.yaml",
+    "validate": "evaluate every client's personalised model on its validation split",
+    "test": "evaluate every client's personalised model on its test split",
+    "export": "export trained clients as Lightning checkpoints (clients/ of the run's version folder)",
+    "compare": "tune and run a suite (methods x federations x seeds), write its table: fedhet compare -c suite.yaml",
+}
+"""The ``fedhet`` commands and what each does, as ``fedhet --help`` lists them (without importing Lightning)."""
 
 # ---------------------------------------------------------------------------------------------------- errors
 _NOISE = (

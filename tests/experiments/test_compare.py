@@ -6,9 +6,11 @@ import csv
 import importlib
 import inspect
 import math
+import re
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -68,10 +70,16 @@ def _stamps(out: Path) -> dict[Path, float]:
 
 @pytest.mark.slow
 @pytest.mark.distributed
-def test_smoke_suite_table_resume_and_tuning(tmp_path: Path) -> None:
+def test_smoke_suite_table_resume_and_tuning(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = _suite(tmp_path, results="committed/smoke")  # relative to the suite file's folder
     out, res = tmp_path / "out", tmp_path / "committed" / "smoke"
     main(["compare", "-c", str(path)])
+    lines = capsys.readouterr().out.splitlines()  # one per trial, tuning and run, as each finishes
+    assert sum(re.search(r"tuning fedrep on digits: trial \d \(lr=[\d.e-]+\): val/acc_mean [\d.]+$", x) is not None
+               for x in lines) == 3  # fmt: skip
+    assert sum(" tuned fedrep on digits: lr=" in line for line in lines) == 1
+    assert sum(re.search(r"\] ran fed(avg|rep) on digits, seed [01]: [\d.]+ CPU s", x) is not None for x in lines) == 4
+    assert [line for line in lines if line.startswith("[")][-1].startswith("[runs 4 done, 0 to do; tunings 1 of 1; ")
     assert not (out / "table.md").exists()  # the runs stay in output, the results go to `results`
     assert (res / "tuned.yaml").read_text() == (out / "tuned.yaml").read_text()
     table = _table(res)
@@ -370,3 +378,38 @@ def test_command_lines_are_checked_with_both_ends_of_every_range_and_the_tuned_v
     monkeypatch.setattr("fedhet.experiments.preflight.check_commands", lambda c: ["x: no such option"] * len(c))
     with pytest.raises(SuiteError, match=r"methods: fedhet fit refuses fedavg on digits: x: no such option; fedrep"):
         check_command_lines(suite, [("digits", "fedavg"), ("digits", "fedrep")], {})
+
+
+def test_each_finished_run_is_a_line_in_a_redirected_log_before_the_next_starts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not a terminal (pytest captures standard output): plain lines, printed as each run ends, with the tally."""
+    from fedhet.experiments import compare as compare_module
+
+    log: list[str] = []
+
+    def fake_execute(spec: object, wait: bool = False) -> dict[str, object]:
+        deadline = time.monotonic() + 30
+        while len(log) < fake_execute.runs and time.monotonic() < deadline:  # type: ignore[attr-defined]
+            log.extend(capsys.readouterr().out.splitlines())  # the earlier runs' lines, printed while the suite runs
+            time.sleep(0.01)
+        fake_execute.runs += 1  # type: ignore[attr-defined]
+        return {"cpu_s": 1.25, "test": {"test/acc_mean": 0.5}}
+
+    fake_execute.runs = 0  # type: ignore[attr-defined]
+    monkeypatch.setattr(compare_module, "execute", fake_execute)
+    monkeypatch.setattr(compare_module, "check_command_lines", lambda *args: None)
+    monkeypatch.setattr(compare_module, "write_results", lambda *args, **kwargs: [])
+    monkeypatch.setattr(compare_module, "summarise_on_wandb", lambda *args: None)
+    path = _suite(tmp_path, workers=1, tuning=None)
+    spec = yaml.safe_load(path.read_text())
+    del spec["methods"]["fedrep"]["search"]
+    path.write_text(yaml.safe_dump(spec))
+    main(["compare", "-c", str(path)])
+    assert len(log) == 3  # each line was in the log before the next run started
+    log.extend(capsys.readouterr().out.splitlines())
+    assert re.fullmatch(
+        r"\[runs 1 done, 3 to do; 0:00:\d\d\] ran fedavg on digits, seed 0: 1.2 CPU s, test/acc_mean 0.5", log[0]
+    )
+    assert [line.split(";")[0] for line in log[:4]] == [f"[runs {k} done, {4 - k} to do" for k in range(1, 5)]
+    assert log[3].endswith("] ran fedrep on digits, seed 1: 1.2 CPU s, test/acc_mean 0.5")

@@ -8,15 +8,20 @@ observers beside them (progress, dashboard, Lightning adapters, and
 in ``fedhet.functional``.
 """
 
-from fedhet.callbacks.base import FederatedCallback
-from fedhet.callbacks.dashboard import FederationDashboard
-from fedhet.callbacks.feddadil import DictionaryAveraging
-from fedhet.callbacks.fedhenn import KernelSync
-from fedhet.callbacks.fedpac import CentroidSync, HeadMixing
-from fedhet.callbacks.flic import AnchorUpdate
-from fedhet.callbacks.hyfem import ModelMatching
-from fedhet.callbacks.progress import RichRoundProgress
-from fedhet.callbacks.pruning import OptunaPruning
+from typing import TYPE_CHECKING
+
+from fedhet._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from fedhet.callbacks.base import FederatedCallback
+    from fedhet.callbacks.dashboard import FederationDashboard
+    from fedhet.callbacks.feddadil import DictionaryAveraging
+    from fedhet.callbacks.fedhenn import KernelSync
+    from fedhet.callbacks.fedpac import CentroidSync, HeadMixing
+    from fedhet.callbacks.flic import AnchorUpdate
+    from fedhet.callbacks.hyfem import ModelMatching
+    from fedhet.callbacks.progress import RichRoundProgress
+    from fedhet.callbacks.pruning import OptunaPruning
 
 __all__ = [
     "AnchorUpdate",
@@ -30,3 +35,5 @@ __all__ = [
     "OptunaPruning",
     "RichRoundProgress",
 ]
+
+__getattr__, __dir__ = lazy_exports(__name__, __file__)

@@ -23,13 +23,17 @@ each naming the suite file, the git commit and the sha256 of the runs' resolved 
 from __future__ import annotations
 
 import argparse
+import datetime
+import functools
 import hashlib
 import math
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +78,14 @@ def method_sha256(suite: Suite, federation: str, method: str) -> str:
     )
 
 
+def _values_text(overrides: Mapping[str, Any]) -> str:
+    """``key=value, ...`` with numbers to 4 significant digits and each key's last dotted part."""
+    return ", ".join(
+        f"{key.rsplit('.', 1)[-1]}={value:.4g}" if isinstance(value, float) else f"{key.rsplit('.', 1)[-1]}={value}"
+        for key, value in overrides.items()
+    )
+
+
 def run_spec(suite: Suite, federation: str, method: str, seed: int, overrides: Mapping[str, Any]) -> RunSpec:
     """The final run of ``method`` on ``federation`` with ``seed`` and the given (tuned) overrides."""
     return RunSpec(
@@ -89,11 +101,12 @@ def run_spec(suite: Suite, federation: str, method: str, seed: int, overrides: M
     )
 
 
-def tune_method(suite: Suite, federation: str, method: str) -> dict[str, Any]:
+def tune_method(suite: Suite, federation: str, method: str, say: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Tune ``method`` on ``federation`` over the tuning seeds (trials in sequence); return the chosen overrides.
 
     A trial whose fit diverges (:class:`~fedhet.experiments.runs.RunDivergedError`) scores the worst value; any other
-    failure stops the suite.
+    failure stops the suite. ``say`` gets a line as each trial finishes: its number, values and score (or the round
+    after which it was pruned).
     """
     from fedhet.experiments.tuning import RANDOM_TRIALS, TrialHandle, objective_value, tune
 
@@ -118,8 +131,13 @@ def tune_method(suite: Suite, federation: str, method: str) -> dict[str, Any]:
             try:
                 values.append(objective_value(execute(trial)["val"], tuning.metric))
             except RunDivergedError:  # a bad trial (e.g. a step size too large), not a broken suite
-                return math.nan  # recorded as the worst value
-        return sum(values) / len(values)
+                values = [math.nan]  # recorded as the worst value
+                break
+        score = sum(values) / len(values)
+        if say is not None:
+            ending = "pruned" if handle.pruned else f"{tuning.metric} {score:.4g}"
+            say(f"tuning {method} on {federation}: trial {handle.number} ({_values_text(overrides)}): {ending}")
+        return score
 
     if "://" not in tuning.storage:
         Path(tuning.storage).parent.mkdir(parents=True, exist_ok=True)
@@ -253,6 +271,28 @@ def write_results(
     return [md, csv_path, *figures, *copies]
 
 
+@dataclass
+class _Tally:
+    """What a suite has done so far, as each of its progress lines begins: ``[runs 3 done, 42 to do; ...]``."""
+
+    runs_total: int
+    studies_total: int
+    runs_done: int = 0
+    studies_done: int = 0
+    start: float = field(default_factory=time.monotonic)
+
+    def finished(self, study: bool) -> None:
+        if study:
+            self.studies_done += 1
+        else:
+            self.runs_done += 1
+
+    def line(self, text: str) -> str:
+        elapsed = datetime.timedelta(seconds=round(time.monotonic() - self.start))
+        studies = f"; tunings {self.studies_done} of {self.studies_total}" if self.studies_total else ""
+        return f"[runs {self.runs_done} done, {self.runs_total - self.runs_done} to do{studies}; {elapsed}] {text}"
+
+
 def compare(
     suite: Suite,
     progress: Callable[[str], None] | None = None,
@@ -263,7 +303,9 @@ def compare(
 
     Args:
         suite: a checked suite (:func:`~fedhet.experiments.suite.load_suite`).
-        progress: called with a line when a tuning or a run finishes (``None``: a ``rich`` progress bar).
+        progress: called with a line when a run, a tuning trial or a tuning finishes, each line led by the runs done
+            and to do, the tunings done and the time so far (``None``: printed, and flushed, as it comes; above a
+            ``rich`` progress bar in a terminal).
         seeds: run only these of the suite's seeds (``None``: all); the table covers every finished run.
         methods: run (and tune) only these of the suite's methods (``None``: all).
 
@@ -297,14 +339,21 @@ def compare(
     counted = {pair: todo(*pair) for pair in pairs}  # with the values tuned so far; a new tuning may add runs
     check_command_lines(suite, [pair for pair in pairs if pair in to_tune or counted[pair]], tuned)
     suite.output.mkdir(parents=True, exist_ok=True)
-    bar = Progress(disable=progress is not None, transient=False)
-    total = sum(map(len, counted.values())) + len(to_tune)
-    task = bar.add_task(f"suite {suite.name}", total=total)
+    bar = Progress(disable=progress is not None or not sys.stdout.isatty(), transient=False)
+    runs_total = sum(map(len, counted.values()))
+    task = bar.add_task(f"suite {suite.name}", total=runs_total + len(to_tune))
+    tally = _Tally(runs_total, len(to_tune))
+    write: Callable[[str], None] = progress or (
+        bar.console.print if not bar.disable else functools.partial(print, flush=True)  # a log: each line as it comes
+    )
 
-    def done(line: str) -> None:
+    def say(line: str) -> None:
+        write(tally.line(line))
+
+    def done(line: str, study: bool = False) -> None:
         bar.advance(task)
-        if progress is not None:
-            progress(line)
+        tally.finished(study)
+        say(line)
 
     with bar, ThreadPoolExecutor(max_workers=suite.workers) as pool:
         jobs: dict[Future[Any], tuple[str, str, int | None]] = {}
@@ -320,7 +369,7 @@ def compare(
             if pair not in to_tune:
                 submit_runs(*pair, counted[pair])
         for f, m in to_tune:
-            jobs[pool.submit(tune_method, suite, f, m)] = (f, m, None)
+            jobs[pool.submit(tune_method, suite, f, m, say)] = (f, m, None)
         while jobs:
             finished, _ = wait(list(jobs), return_when=FIRST_COMPLETED)
             for future in finished:
@@ -331,19 +380,21 @@ def compare(
                     if s is None:
                         raise
                     held.append((f, m, s))
-                    say = progress or bar.console.print
                     say(f"another process runs {m} on {f}, seed {s}: waiting for it after ours")
                     continue
                 if s is None:
                     tuned[f"{f}/{m}"] = value
                     tuned_path.write_text(yaml.safe_dump(tuned, sort_keys=False))
-                    done(f"tuned {m} on {f}: {value}")
                     left = todo(f, m)
-                    total += len(left) - len(counted[(f, m)])
-                    bar.update(task, total=total)
+                    tally.runs_total += len(left) - len(counted[(f, m)])
+                    bar.update(task, total=tally.runs_total + len(to_tune))
+                    done(f"tuned {m} on {f}: {_values_text(value)}", study=True)
                     submit_runs(f, m, left)
                 else:
-                    done(f"ran {m} on {f}, seed {s}")
+                    metric = f"test/{suite.metric}_mean"
+                    score = value.get("test", {}).get(metric)
+                    scored = "" if score is None else f", {metric} {score:.4g}"
+                    done(f"ran {m} on {f}, seed {s}: {value['cpu_s']:.1f} CPU s{scored}")
             if not jobs:
                 for f, m, s in held:
                     submit_runs(f, m, [s], block=True)

@@ -20,29 +20,40 @@ federation                             clients
 
 from __future__ import annotations
 
-from fedhet.datamodules.datasets._common import DATA_ENV_VAR, ImageData, holdout_split
-from fedhet.datamodules.datasets.covertype import (
-    WILDERNESS_AREAS,
-    CovertypeData,
-    CovertypeFederation,
-    gl_features,
-    load_covertype,
-)
-from fedhet.datamodules.datasets.digits_family import DIGIT_SOURCES, DigitsFamilyFederation, load_digit_source
-from fedhet.datamodules.datasets.heart import (
-    GL_SITES,
-    SITES,
-    UCI_SITES,
-    HeartData,
-    HeartFederation,
-    load_heart,
-    prepare_heart_features,
-)
-from fedhet.datamodules.datasets.mfeat import VIEW_WIDTHS, VIEWS, MultipleFeaturesFederation, MultiViewData, load_mfeat
-from fedhet.datamodules.datasets.mnist import fashion_mnist_dir, load_fashion_mnist, load_mnist5k, read_idx
-from fedhet.datamodules.datasets.satellite import BANDS, SatelliteFederation, load_satellite
-from fedhet.datamodules.datasets.sensors import SENSOR_DATASETS, SensorCovarianceFederation, load_sensor_series
-from fedhet.datamodules.datasets.vowel import VOWELS, VowelData, VowelFederation, load_vowel
+from typing import TYPE_CHECKING
+
+from fedhet._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from fedhet.datamodules.datasets._common import DATA_ENV_VAR, ImageData, holdout_split
+    from fedhet.datamodules.datasets.covertype import (
+        WILDERNESS_AREAS,
+        CovertypeData,
+        CovertypeFederation,
+        gl_features,
+        load_covertype,
+    )
+    from fedhet.datamodules.datasets.digits_family import DIGIT_SOURCES, DigitsFamilyFederation, load_digit_source
+    from fedhet.datamodules.datasets.heart import (
+        GL_SITES,
+        SITES,
+        UCI_SITES,
+        HeartData,
+        HeartFederation,
+        load_heart,
+        prepare_heart_features,
+    )
+    from fedhet.datamodules.datasets.mfeat import (
+        VIEW_WIDTHS,
+        VIEWS,
+        MultipleFeaturesFederation,
+        MultiViewData,
+        load_mfeat,
+    )
+    from fedhet.datamodules.datasets.mnist import fashion_mnist_dir, load_fashion_mnist, load_mnist5k, read_idx
+    from fedhet.datamodules.datasets.satellite import BANDS, SatelliteFederation, load_satellite
+    from fedhet.datamodules.datasets.sensors import SENSOR_DATASETS, SensorCovarianceFederation, load_sensor_series
+    from fedhet.datamodules.datasets.vowel import VOWELS, VowelData, VowelFederation, load_vowel
 
 __all__ = [
     "BANDS",
@@ -83,3 +94,5 @@ __all__ = [
     "prepare_heart_features",
     "read_idx",
 ]
+
+__getattr__, __dir__ = lazy_exports(__name__, __file__)

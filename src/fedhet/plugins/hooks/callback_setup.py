@@ -47,7 +47,6 @@ def federation_callbacks(
     callback that reads a server statistic runs after the one that writes it).
     """
     # imported here: fedhet.callbacks reaches fedhet.modules (HyFEM's server model), which imports this package
-    from fedhet.callbacks.dashboard import FederationDashboard
     from fedhet.callbacks.lightning_adapters import adapt_lightning_callbacks
     from fedhet.callbacks.progress import RichRoundProgress
 
@@ -57,10 +56,11 @@ def federation_callbacks(
     callbacks = [cb for cb in user_callbacks if type(cb) not in declared_types] + declared
     callbacks = adapt_lightning_callbacks(callbacks)
     check_server_order(callbacks)
-    if any(isinstance(lg, WandbLogger) for lg in loggers) and not any(
-        isinstance(cb, FederationDashboard) for cb in callbacks
-    ):
-        callbacks.append(FederationDashboard())  # tables, histograms, method pictures, checkpoint artifact
+    if any(isinstance(lg, WandbLogger) for lg in loggers):
+        from fedhet.callbacks.dashboard import FederationDashboard  # only then: it draws every method's pictures
+
+        if not any(isinstance(cb, FederationDashboard) for cb in callbacks):
+            callbacks.append(FederationDashboard())  # tables, histograms, method pictures, checkpoint artifact
     if progress and not any(isinstance(cb, RichRoundProgress) for cb in callbacks):
         callbacks.append(RichRoundProgress())
     return callbacks

@@ -1,4 +1,8 @@
-"""``fedhet fit|validate|test -c configs/<method>/<dataset>.yaml``: LightningCLI driving the FederatedTrainer."""
+"""``fedhet fit|validate|test|export -c configs/<method>/<dataset>.yaml``: LightningCLI driving the FederatedTrainer.
+
+Imported by :func:`fedhet.cli.main` only for these commands (Lightning and the engine load with it); its public names
+are read from :mod:`fedhet.cli`.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,6 @@ import copy
 import dataclasses
 import importlib
 import inspect
-import os
 import sys
 from argparse import Action
 from pathlib import Path
@@ -16,7 +19,7 @@ import yaml
 from jsonargparse import DefaultHelpFormatter, Namespace
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, _InstantiatorFn
 
-from fedhet.cli_text import error_sentence, plain_text
+from fedhet.cli_text import DESCRIPTION, error_sentence, plain_text
 from fedhet.datamodules.federated import FederatedDataModule
 from fedhet.modules.base import FederatedModule
 from fedhet.plugins import FederatedTrainer, Reporting
@@ -141,11 +144,13 @@ class FederatedCLI(LightningCLI):
         )
 
     def init_parser(self, **kwargs: Any) -> LightningArgumentParser:
-        """Lightning's parser with argparse's prefix matching off: ``--trainer.round 2`` is an error, not ``rounds``.
+        """Lightning's parser named ``fedhet``, with argparse's prefix matching off: ``--trainer.round 2`` is an error.
 
         Each parser reports its errors in one line, or in full when the CLI was given ``full_errors=True``.
         """
         kwargs.setdefault("allow_abbrev", False)
+        kwargs.setdefault("prog", "fedhet")
+        kwargs.setdefault("description", DESCRIPTION)
         if issubclass(self.parser_class, FederatedArgumentParser):
             kwargs.setdefault("full_errors", self.full_errors)
         return super().init_parser(**kwargs)
@@ -264,33 +269,20 @@ class FederatedCLI(LightningCLI):
         return trainer
 
 
-def main(args: list[str] | None = None) -> None:
-    """Entry point of the ``fedhet`` console script.
+def run(args: list[str] | None, debug: bool) -> None:
+    """Run a LightningCLI command (``fit``, ``validate``, ``test``, ``export``); see :func:`fedhet.cli.main`.
 
-    A usage error (an unknown option, a wrong type, a value a class refuses) ends the command with one line on
-    standard error, the sentence that matters first, and exit status 2 (:class:`FederatedArgumentParser`); a data or
-    setup error (a missing data file, nothing trained yet for ``test``, a checkpoint that does not match) with one
-    line and exit status 1; a run stopped because too many clients' uploads went non-finite (training diverged)
-    with exit status 3 (:data:`~fedhet.plugins.uploads.policies.DIVERGED_EXIT_STATUS`), which a suite's tuner scores as
-    a bad trial. ``--debug`` (anywhere on the command line) or ``FEDHET_DEBUG=1`` shows jsonargparse's whole report and
-    the traceback instead.
+    Args:
+        args: the command line after ``fedhet``, ``--debug`` taken out (``None``: ``sys.argv``, already without it).
+        debug: whether errors are shown in full, with the traceback.
+
     """
-    argv = list(sys.argv[1:] if args is None else args)
-    if argv[:1] == ["compare"]:  # suites of fits in subprocesses, not a LightningCLI subcommand
-        from fedhet.experiments.compare import main as compare_main
-
-        compare_main(argv[1:])
-        return
-    debug = "--debug" in argv or os.environ.get("FEDHET_DEBUG", "") not in ("", "0")
-    argv = [arg for arg in argv if arg != "--debug"]
-    if args is None:  # Lightning reads the command line itself (and warns when given both)
-        sys.argv[1:] = argv
     try:
         from fedhet.callbacks.accuracy_curve import AccuracyCurve
 
         FederatedCLI(
             full_errors=debug,
-            args=None if args is None else argv,
+            args=args,
             trainer_defaults={"callbacks": [AccuracyCurve()]},  # plots/accuracy.png in every run folder
         )
     except Exception as err:
@@ -304,7 +296,3 @@ def main(args: list[str] | None = None) -> None:
             sys.stderr.write(line + "\n")
             sys.exit(DIVERGED_EXIT_STATUS)
         sys.exit(line)
-
-
-if __name__ == "__main__":
-    main()

@@ -1,0 +1,63 @@
+"""What a command loads before it works: `fedhet --help` no Lightning, `fit` no method, POT or Optuna it does not use.
+
+Each command runs in a fresh interpreter that prints the modules it loaded (``sys.modules``); no timing.
+"""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from fedhet.cli import FederatedCLI, usage
+from fedhet.cli_text import COMMANDS
+
+ROOT = Path(__file__).parents[1]
+HEAVY = ("torch", "lightning", "torchmetrics", "ot", "scipy", "sklearn", "optuna", "flwr", "jsonargparse", "numpy")
+METHODS = ("flic", "fedpac", "hyfem", "feddadil", "fedhenn", "global_layers")
+
+
+def loaded(code: str) -> set[str]:
+    """The modules a fresh interpreter has loaded after running ``code`` (which may exit)."""
+    script = f"import json, sys\ntry:\n    {code}\nexcept SystemExit:\n    pass\nprint(json.dumps(sorted(sys.modules)))"
+    out = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, check=True, timeout=300
+    ).stdout
+    return set(json.loads(out.strip().splitlines()[-1]))
+
+
+def top_level(modules: set[str]) -> set[str]:
+    return {name.split(".")[0] for name in modules}
+
+
+def test_import_fedhet_loads_fedhet_alone():
+    modules = loaded("import fedhet")
+    assert {m for m in modules if m.startswith("fedhet")} == {"fedhet"}
+    assert not top_level(modules) & set(HEAVY)
+
+
+def test_fedhet_help_lists_the_commands_without_lightning():
+    modules = loaded("from fedhet.cli import main; main(['--help'])")
+    assert {m for m in modules if m.startswith("fedhet")} == {"fedhet", "fedhet._lazy", "fedhet.cli", "fedhet.cli_text"}
+    assert not top_level(modules) & set(HEAVY)
+
+
+def test_the_help_names_fedhet_and_every_command(capsys):
+    assert set(COMMANDS) == {*FederatedCLI.subcommands(), "compare"}
+    text = usage()
+    assert text.startswith("usage: fedhet {fit,validate,test,export,compare}")
+    assert "Lightning Trainer command line tool" not in text
+    out = subprocess.run(
+        [sys.executable, "-m", "fedhet", "fit", "--help"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
+    assert out.startswith("usage: fedhet [options] fit")
+
+
+def test_a_fedavg_fit_loads_no_other_method_nor_pot_optuna_or_flower(tmp_path):
+    args = ["fit", "-c", "configs/fedavg/digits.yaml", "--trainer.rounds=1", f"--trainer.default_root_dir={tmp_path}"]
+    modules = loaded(f"from fedhet.cli import main; main({args!r} + ['--trainer.reporting.progress_bar=false'])")
+    assert {"fedhet.modules.baselines", "fedhet.plugins.rounds.trainer"} <= modules
+    unused = {f"fedhet.modules.{m}" for m in METHODS} | {f"fedhet.callbacks.{m}" for m in METHODS}
+    assert not modules & unused
+    assert not top_level(modules) & {"ot", "optuna", "flwr"}
+    assert not {m for m in modules if m.startswith("fedhet.integrations")}
+    assert list(tmp_path.glob("version_0/checkpoints/*.ckpt"))  # the fit ran
