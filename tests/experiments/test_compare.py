@@ -20,10 +20,10 @@ import yaml
 from scipy import stats
 
 from fedhet.cli import main
-from fedhet.core.trials import open_storage
 from fedhet.experiments.compare import check_command_lines, method_sha256, tune_method, tuned_at_edges
 from fedhet.experiments.results import paired, table_rows
 from fedhet.experiments.suite import SuiteError, load_suite
+from fedhet.experiments.trials import open_storage
 
 SMOKE = Path(__file__).resolve().parents[2] / "configs" / "suites" / "smoke.yaml"
 

@@ -10,10 +10,10 @@ import sys
 import optuna
 import pytest
 
-from fedhet.callbacks import OptunaPruning
-from fedhet.callbacks.pruning import PRUNED_FILE, was_pruned
 from fedhet.cli import FederatedCLI
+from fedhet.experiments.pruning import OptunaPruning, was_pruned
 from fedhet.experiments.search_space import Categorical, FloatRange, IntRange
+from fedhet.experiments.trials import PRUNED_FILE
 from fedhet.experiments.tuning import OWNER_ATTR, SearchSpace, objective_value, tune
 from fedhet.modules import FedAvg
 from fedhet.plugins import FederatedTrainer

@@ -3,8 +3,8 @@
 One file per method's server work, owning that method's wire names and upload declaration: :mod:`~.flic`
 (:class:`AnchorUpdate`), :mod:`~.fedpac` (:class:`CentroidSync` then :class:`HeadMixing`), :mod:`~.hyfem`
 (:class:`ModelMatching`), :mod:`~.feddadil` (:class:`DictionaryAveraging`), :mod:`~.fedhenn` (:class:`KernelSync`);
-observers beside them (progress, dashboard, Lightning adapters, and
-:class:`OptunaPruning` for hyperparameter tuning). Each is a thin adapter from the engine's round hooks to the maths
+observers beside them (progress, dashboard, Lightning adapters; the tuner's pruning callback lives with the tuner,
+:class:`fedhet.experiments.pruning.OptunaPruning`). Each is a thin adapter from the engine's round hooks to the maths
 in ``fedhet.functional``.
 """
 
@@ -21,7 +21,6 @@ if TYPE_CHECKING:
     from fedhet.callbacks.flic import AnchorUpdate
     from fedhet.callbacks.hyfem import ModelMatching
     from fedhet.callbacks.progress import RichRoundProgress
-    from fedhet.callbacks.pruning import OptunaPruning
 
 __all__ = [
     "AnchorUpdate",
@@ -32,7 +31,6 @@ __all__ = [
     "HeadMixing",
     "KernelSync",
     "ModelMatching",
-    "OptunaPruning",
     "RichRoundProgress",
 ]
 

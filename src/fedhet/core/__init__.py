@@ -19,8 +19,6 @@ This package imports nothing else of fedhet (only torch), so every other package
   and what the server admits from a client (``uploads``).
 * :func:`derive_seed`, :func:`seeded`, :func:`rng_preserved` — every random draw of a run derives from (seed,
   purpose, round, client) (``seeding``).
-* ``trials`` — what a hyperparameter tuner and the pruning callback of a fit agree on: a study's storage, the
-  pruning rule, the marks of a pruned trial, validation metrics only (imported by module; Optuna lazily).
 """
 
 from fedhet.core.capabilities import BatchLossModule, PenalisedModule, RoundAware, StackableModule, Stacking

@@ -2,15 +2,15 @@
 
 :func:`tune` searches a :class:`~fedhet.experiments.search_space.SearchSpace` with Optuna's TPE sampler (Bergstra et
 al., 2011, "Algorithms for Hyper-Parameter Optimization", NeurIPS), seeded, and prunes trials from their round
-metrics with the median rule (:func:`fedhet.core.trials.median_pruner`). The objective gets a trial's config
+metrics with the median rule (:func:`fedhet.experiments.trials.median_pruner`). The objective gets a trial's config
 overrides and a :class:`TrialHandle`, trains, and returns one number.
 
 **The objective must be computed on validation splits only.** Test splits score the chosen setting once, on fresh
 seeds, after tuning; a setting chosen by looking at test accuracy makes that accuracy optimistic. Hence
-:func:`objective_value` and :class:`~fedhet.callbacks.OptunaPruning` refuse metrics that start with ``test``. Every
-federation of :mod:`fedhet.datamodules` can hold out a seeded validation part of each client's training rows
-(``val_fraction``, or the dataset's own held-out option such as ``VowelFederation(val_repetitions=...)`` and
-``CovertypeFederation(num_val=...)``); a run without one logs no ``val/`` metric and :func:`objective_value` says
+:func:`objective_value` and :class:`~fedhet.experiments.pruning.OptunaPruning` refuse metrics that start with
+``test``. Every federation of :mod:`fedhet.datamodules` can hold out a seeded validation part of each client's
+training rows (``val_fraction``, or the dataset's own held-out option such as ``VowelFederation(val_repetitions=...)``
+and ``CovertypeFederation(num_val=...)``); a run without one logs no ``val/`` metric and :func:`objective_value` says
 which option to set. For domain adaptation, where the target's labels may not be read, FedDaDiL logs
 ``val/source_acc_mean`` (:data:`SOURCE_VALIDATION_METRIC`): the mean validation accuracy of the labelled source
 clients, with the target's labels never read (source validation; see :class:`~fedhet.modules.FedDaDiL`).
@@ -44,7 +44,10 @@ from optuna.storages.journal import JournalFileSymlinkLock
 from optuna.trial import TrialState
 
 from fedhet.core.seeding import derive_seed
-from fedhet.core.trials import (
+from fedhet.experiments.journal import repair_journal
+from fedhet.experiments.search_space import SearchSpace
+from fedhet.experiments.trial_owner import OWNER_ATTR, owner_token, release_dead_trials
+from fedhet.experiments.trials import (
     JOURNAL_SUFFIXES,
     PRUNED_ATTR,
     PRUNER_ATTR,
@@ -53,12 +56,9 @@ from fedhet.core.trials import (
     open_storage,
     trial_id,
 )
-from fedhet.experiments.journal import repair_journal
-from fedhet.experiments.search_space import SearchSpace
-from fedhet.experiments.trial_owner import OWNER_ATTR, owner_token, release_dead_trials
 
 if TYPE_CHECKING:
-    from fedhet.callbacks.pruning import OptunaPruning
+    from fedhet.experiments.pruning import OptunaPruning
 
 __all__ = [
     "RANDOM_TRIALS",
@@ -151,7 +151,7 @@ class TrialHandle:
 
     def callback(self, monitor: str = "val/acc_mean") -> OptunaPruning:
         """A pruning callback for a ``FederatedTrainer`` run in this process (``callbacks=[handle.callback()]``)."""
-        from fedhet.callbacks.pruning import OptunaPruning  # Lightning, only for a fit in this process
+        from fedhet.experiments.pruning import OptunaPruning  # Lightning, only for a fit in this process
 
         return OptunaPruning.for_trial(self._trial, monitor)
 
@@ -174,7 +174,7 @@ class TrialHandle:
                 " give a journal file (.log/.jsonl) or a database URL as the storage"
             )
         return [
-            "--trainer.callbacks+=fedhet.callbacks.OptunaPruning",
+            "--trainer.callbacks+=fedhet.experiments.pruning.OptunaPruning",
             f"--trainer.callbacks.storage={self._storage}",
             f"--trainer.callbacks.study_name={self.study_name}",
             f"--trainer.callbacks.trial_number={self.number}",
@@ -312,9 +312,9 @@ def tune(
     Each trial draws its overrides from ``space`` with TPE (its first ``random_trials`` at random), seeded from
     ``(seed, trial number)``: one process always draws the same trials, and processes sharing a study draw different
     ones. ``objective(overrides, handle)`` trains on validation data and returns the score; raising
-    ``optuna.TrialPruned``, or a fit stopped by :class:`~fedhet.callbacks.OptunaPruning` (``handle.pruned``), records
-    the trial as pruned; a non-finite score records the worst value; any other exception marks the trial failed (not
-    counted, so a resumed study runs it again) and propagates.
+    ``optuna.TrialPruned``, or a fit stopped by :class:`~fedhet.experiments.pruning.OptunaPruning`
+    (``handle.pruned``), records the trial as pruned; a non-finite score records the worst value; any other
+    exception marks the trial failed (not counted, so a resumed study runs it again) and propagates.
 
     Args:
         study_name: the study (one per method and federation); created, or joined when the storage holds it.

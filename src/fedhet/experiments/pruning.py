@@ -3,13 +3,13 @@
 :class:`OptunaPruning` reports the monitored round metric of every evaluated round to its Optuna trial and asks the
 study's pruner whether the trial should stop; when it should, the federation ends after that round (as
 ``EarlyStopping`` ends it, :mod:`fedhet.callbacks.lightning_adapters`) and the run folder gets ``pruned.json``. It
-reaches its trial through a shared storage (:func:`~fedhet.core.trials.open_storage`), so a ``fedhet fit`` in
+reaches its trial through a shared storage (:func:`~fedhet.experiments.trials.open_storage`), so a ``fedhet fit`` in
 another process, or on another machine, can be pruned by the study that asked for it: the tuner
 (:mod:`fedhet.experiments.tuning`) passes it on the command line
-(``--trainer.callbacks+=fedhet.callbacks.OptunaPruning --trainer.callbacks.storage=...``).
+(``--trainer.callbacks+=fedhet.experiments.pruning.OptunaPruning --trainer.callbacks.storage=...``).
 
 Tuning reads validation splits only: a monitor that names a test metric is refused. Optuna is imported when a
-callback is built, not when :mod:`fedhet.callbacks` is.
+callback connects to its study, not when this module is.
 """
 
 from __future__ import annotations
@@ -20,15 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fedhet.callbacks.base import FederatedCallback
-from fedhet.core.trials import (
-    PRUNED_ATTR,
-    PRUNED_FILE,
-    PRUNER_ATTR,
-    check_validation_metric,
-    median_pruner,
-    open_storage,
-    trial_id,
-)
+from fedhet.experiments import trials
 
 if TYPE_CHECKING:
     import optuna
@@ -36,7 +28,7 @@ if TYPE_CHECKING:
 
 def was_pruned(run_dir: str | Path) -> bool:
     """Whether the fit that wrote ``run_dir`` (a run's version folder) stopped because its trial was pruned."""
-    return (Path(run_dir) / PRUNED_FILE).is_file()
+    return (Path(run_dir) / trials.PRUNED_FILE).is_file()
 
 
 class OptunaPruning(FederatedCallback):
@@ -44,14 +36,14 @@ class OptunaPruning(FederatedCallback):
 
     Every round that logs ``monitor`` (rounds that evaluate), its value is reported to the trial with the round index
     as the step; when the study's pruner then prunes the trial, the run stops after this round (its last checkpoint
-    written), the trial gets the user attribute :data:`~fedhet.core.trials.PRUNED_ATTR` and the run folder gets
-    :data:`~fedhet.core.trials.PRUNED_FILE`. The pruner of a study opened from its storage is the median rule with the
-    settings the tuner stored on the study (:data:`~fedhet.core.trials.PRUNER_ATTR`); a callback bound to a live trial
-    (:meth:`for_trial`) uses its study's pruner. With several processes, the process that logs decides and the others
-    follow it.
+    written), the trial gets the user attribute :data:`~fedhet.experiments.trials.PRUNED_ATTR` and the run folder
+    gets :data:`~fedhet.experiments.trials.PRUNED_FILE`. The pruner of a study opened from its storage is the median
+    rule with the settings the tuner stored on the study (:data:`~fedhet.experiments.trials.PRUNER_ATTR`); a callback
+    bound to a live trial (:meth:`for_trial`) uses its study's pruner. With several processes, the process that logs
+    decides and the others follow it.
 
     Args:
-        storage: the study's storage, as :func:`~fedhet.core.trials.open_storage` reads it (a journal file or a
+        storage: the study's storage, as :func:`~fedhet.experiments.trials.open_storage` reads it (a journal file or a
             database URL; an in-memory study of another process cannot be reached).
         study_name: the study's name.
         trial_number: the trial's number in the study.
@@ -60,7 +52,7 @@ class OptunaPruning(FederatedCallback):
     """
 
     def __init__(self, storage: str, study_name: str, trial_number: int, monitor: str = "val/acc_mean") -> None:
-        self.monitor = check_validation_metric(monitor, "OptunaPruning", "monitor")
+        self.monitor = trials.check_validation_metric(monitor, "OptunaPruning", "monitor")
         self.storage = storage
         self.study_name = study_name
         self.trial_number = trial_number
@@ -76,7 +68,7 @@ class OptunaPruning(FederatedCallback):
 
         """
         callback = cls("", trial.study.study_name, trial.number, monitor)
-        ident = trial_id(trial.storage, trial.study.study_name, trial.number)
+        ident = trials.trial_id(trial.storage, trial.study.study_name, trial.number)
         callback._connection = (trial.study, trial.storage, ident)
         return callback
 
@@ -85,10 +77,10 @@ class OptunaPruning(FederatedCallback):
         if self._connection is None:
             import optuna
 
-            storage = open_storage(self.storage)
+            storage = trials.open_storage(self.storage)
             study = optuna.load_study(study_name=self.study_name, storage=storage)
-            study.pruner = median_pruner(study.user_attrs.get(PRUNER_ATTR))
-            self._connection = (study, storage, trial_id(storage, self.study_name, self.trial_number))
+            study.pruner = trials.median_pruner(study.user_attrs.get(trials.PRUNER_ATTR))
+            self._connection = (study, storage, trials.trial_id(storage, self.study_name, self.trial_number))
         return self._connection
 
     def on_round_end(self, trainer: Any, round_idx: int, metrics: dict[str, float]) -> None:
@@ -103,9 +95,9 @@ class OptunaPruning(FederatedCallback):
                 storage.set_trial_intermediate_value(ident, round_idx, value)
             prune = bool(study.pruner.prune(study, storage.get_trial(ident)))
             if prune:
-                storage.set_trial_user_attr(ident, PRUNED_ATTR, round_idx)
+                storage.set_trial_user_attr(ident, trials.PRUNED_ATTR, round_idx)
                 record = {"trial": self.trial_number, "round": round_idx, "monitor": self.monitor, "value": value}
-                (Path(trainer.run_dir) / PRUNED_FILE).write_text(json.dumps(record) + "\n")
+                (Path(trainer.run_dir) / trials.PRUNED_FILE).write_text(json.dumps(record) + "\n")
         fabric = getattr(trainer, "fabric", None)
         if fabric is not None and fabric.world_size > 1:
             prune = bool(fabric.broadcast(prune, src=0))

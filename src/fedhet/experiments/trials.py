@@ -2,8 +2,9 @@
 
 The storage a study lives in (:func:`open_storage`), the pruning rule (:func:`median_pruner`) and its settings
 stored on the study, the marks a pruned trial and its run folder get, and the rule that tuning reads validation
-metrics only (:func:`check_validation_metric`). Used by :class:`fedhet.callbacks.OptunaPruning` and
-:mod:`fedhet.experiments.tuning`; Optuna is imported when a function here needs it.
+metrics only (:func:`check_validation_metric`). Used by :class:`~fedhet.experiments.pruning.OptunaPruning` and
+:mod:`fedhet.experiments.tuning`; Optuna is imported when a function here needs it, so the pruning callback of a fit
+that is not tuned costs nothing.
 """
 
 from __future__ import annotations
