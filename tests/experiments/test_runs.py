@@ -11,7 +11,10 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
+from fedhet.core.provenance import file_sha256 as sha256_file
+from fedhet.core.provenance import source_tree
 from fedhet.experiments.runs import (
     INPUTS_FILE,
     RunHeldError,
@@ -24,7 +27,6 @@ from fedhet.experiments.runs import (
     named_configs,
     run_command,
     run_sha256,
-    sha256_file,
 )
 
 FEDAVG = Path(__file__).resolve().parents[2] / "configs" / "fedavg" / "digits.yaml"
@@ -63,6 +65,16 @@ def test_fit_and_test_in_one_process_match_the_test_command_alone(tmp_path: Path
     together, alone = _test_rows(spec.folder / "version_1"), _test_rows(spec.folder / "version_2")
     assert together == alone
     assert float(together[0]["test/acc_mean"]) == pytest.approx(result["test"]["test/acc_mean"])
+    # the run record: the commands' provenance, threads and CPU seconds by part (issue 39, item 2)
+    tree = source_tree()
+    assert result["commit"] == tree.commit + ("+dirty" if tree.dirty else "")
+    assert result["threads"] == spec.threads == 1
+    assert result["environment"]["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    assert set(result["cpu"]) == {"startup", "rounds", "evaluation"}
+    assert all(value > 0 for value in result["cpu"].values())
+    assert sum(result["cpu"].values()) <= result["cpu_s"]  # the process's parts; cpu_s also counts its children
+    assert "fedhet.plugins.trainer" in result["sources"]
+    assert result["user_code"] == {}
 
 
 @pytest.mark.slow
@@ -175,6 +187,24 @@ def test_config_files_named_in_a_config_count_with_their_bytes(tmp_path: Path, m
         inputs_sha256([plain], overrides={"a": 1})
         == hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
     )
+
+
+def test_user_code_a_config_names_by_class_path_counts_in_a_runs_inputs(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)  # user packages are found as `python -m fedhet fit` imports them: the working directory
+    Path("mydata").mkdir()
+    Path("mydata/__init__.py").write_text("")
+    Path("mydata/sites.py").write_text("from mydata.helpers import scale\n")
+    Path("mydata/helpers.py").write_text("def scale(x):\n    return x\n")
+    Path("data.yaml").write_text("data: {class_path: mydata.sites.SiteFederation}\n")
+    spec = _spec(tmp_path / "run", configs=(FEDAVG, Path("data.yaml")))
+    before = run_sha256(spec)
+    assert run_sha256(spec) == before
+    Path("mydata/helpers.py").write_text("def scale(x):\n    return 2 * x\n")  # not named, but imported by the data
+    assert run_sha256(spec) != before
+    # configs that name no user code keep the digest they had before user code counted
+    payload = {"configs": [sha256_file(FEDAVG)], "overrides": {"trainer.rounds": 1}, "seed": 3, "tags": {}}
+    expected = hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+    assert run_sha256(_spec(tmp_path / "run")) == expected
 
 
 def test_a_run_another_process_holds_is_refused_or_waited_for_and_never_run_twice(tmp_path: Path) -> None:

@@ -21,7 +21,6 @@ differences between methods on one seed are paired.
 
 from __future__ import annotations
 
-import csv
 import functools
 import hashlib
 import json
@@ -38,7 +37,20 @@ from typing import Any
 import yaml
 from filelock import FileLock, Timeout
 
-RESULT_FILE = "result.json"
+from fedhet.core.provenance import digest_of, file_sha256, user_code_digests
+from fedhet.plugins.storage.run_record import (
+    CpuSeconds,
+    RunRecord,
+    class_paths,
+    last_record,
+    latest_version,
+    read_metrics,
+    read_result,
+    resolved_config_sha256,
+    versions_since,
+    write_result,
+)
+
 INPUTS_FILE = "inputs.sha256"
 _log = logging.getLogger(__name__)
 
@@ -156,24 +168,6 @@ def _run(spec: RunSpec) -> float:
     return float(usage.ru_utime + usage.ru_stime)
 
 
-def _versions(root: Path) -> set[str]:
-    return {p.name for p in root.glob("version_*") if p.is_dir()} if root.is_dir() else set()
-
-
-def _new_versions(root: Path, before: set[str], count: int) -> list[Path]:
-    """The ``count`` version folders written under ``root`` since ``before``, oldest first (fit, then test)."""
-    made = sorted(_versions(root) - before, key=lambda name: int(name.split("_")[1]))
-    if len(made) < count:
-        raise RuntimeError(f"{count} version folders should have been written under '{root}', found {len(made)}")
-    return [root / name for name in made[-count:]]
-
-
-def read_metrics(path: Path) -> list[dict[str, float]]:
-    """The rows of a ``metrics.csv``, each with its non-empty cells as floats."""
-    with path.open(newline="") as handle:
-        return [{k: float(v) for k, v in row.items() if v not in (None, "")} for row in csv.DictReader(handle)]
-
-
 def summarise(fit_rows: Sequence[Mapping[str, float]], test_rows: Sequence[Mapping[str, float]]) -> dict[str, Any]:
     """What a run's ``result.json`` keeps of its metrics.
 
@@ -207,24 +201,6 @@ def summarise(fit_rows: Sequence[Mapping[str, float]], test_rows: Sequence[Mappi
     }
 
 
-def sha256_file(path: Path) -> str:
-    """The sha256 hex digest of a file."""
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def write_json(path: Path, payload: Any) -> None:
-    """Write ``payload`` as JSON, atomically (a temporary file renamed over ``path``)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(payload, indent=1, sort_keys=True))
-    os.replace(tmp, path)
-
-
-def load_result(folder: Path) -> dict[str, Any] | None:
-    """A run folder's ``result.json``, or ``None`` when the run has not finished."""
-    path = folder / RESULT_FILE
-    return json.loads(path.read_text()) if path.is_file() else None
-
-
 def _yaml_names(node: Any) -> Iterator[str]:
     """The strings ending in ``.yaml`` or ``.yml`` among the values of a loaded YAML tree, in order."""
     if isinstance(node, Mapping):
@@ -238,17 +214,21 @@ def _yaml_names(node: Any) -> Iterator[str]:
 
 
 @functools.lru_cache(maxsize=256)
-def _names_in_file(path: Path, stamp: tuple[int, int]) -> tuple[str, ...]:
-    """:func:`_yaml_names` of a YAML file, parsed once per version of it (``stamp``: its mtime and size)."""
+def _loaded_file(path: Path, stamp: tuple[int, int]) -> Any:
+    """A YAML file's content, parsed once per version of it (``stamp``: its mtime and size); ``None`` if not YAML."""
     try:
-        return tuple(_yaml_names(yaml.safe_load(path.read_text())))
+        return yaml.safe_load(path.read_text())
     except (UnicodeDecodeError, yaml.YAMLError):
-        return ()
+        return None
+
+
+def _loaded(path: Path) -> Any:
+    stat = path.stat()
+    return _loaded_file(path.resolve(), (stat.st_mtime_ns, stat.st_size))
 
 
 def _names_in(path: Path) -> tuple[str, ...]:
-    stat = path.stat()
-    return _names_in_file(path.resolve(), (stat.st_mtime_ns, stat.st_size))
+    return tuple(_yaml_names(_loaded(path)))
 
 
 def named_configs(configs: Sequence[Path], values: Any = None) -> list[Path]:
@@ -282,11 +262,26 @@ def inputs_sha256(configs: Sequence[Path], **inputs: Any) -> str:
 
     The config files that these name in turn (:func:`named_configs`) count with their bytes too.
     """
-    payload = {"configs": [sha256_file(Path(config)) for config in configs], **inputs}
+    payload = {"configs": [file_sha256(Path(config)) for config in configs], **inputs}
     named = named_configs(configs, inputs)
     if named:  # only then: the digests of suites whose configs name no other file stay as they were
-        payload["named_configs"] = [sha256_file(path) for path in named]
+        payload["named_configs"] = [file_sha256(path) for path in named]
+    user = user_code(configs, inputs)
+    if user:  # likewise: only runs whose configs name user code by class_path
+        payload["user_code"] = user
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def user_code(configs: Sequence[Path], values: Any = None) -> dict[str, str]:
+    """``file -> sha256`` of the user packages that ``configs`` (and configs they name) and ``values`` name by class.
+
+    See :func:`~fedhet.core.provenance.user_code_digests`: a package is looked for first in the working directory, as
+    ``python -m fedhet fit`` imports it.
+    """
+    named: list[str] = class_paths(values)
+    for path in [*map(Path, configs), *named_configs(configs, values)]:
+        named += class_paths(_loaded(path))
+    return user_code_digests(named, [Path.cwd()])
 
 
 def run_sha256(spec: RunSpec) -> str:
@@ -311,7 +306,7 @@ def is_current(result: Mapping[str, Any], spec: RunSpec) -> bool:
 
 def current_result(spec: RunSpec) -> dict[str, Any] | None:
     """``spec``'s ``result.json`` when its run finished with ``spec``'s inputs, else ``None``."""
-    result = load_result(spec.folder)
+    result = read_result(spec.folder)
     return result if result is not None and is_current(result, spec) else None
 
 
@@ -320,7 +315,7 @@ def _set_aside_if_stale(spec: RunSpec, digest: str) -> None:
     folder = spec.folder
     if not folder.is_dir():
         return
-    marker, result = folder / INPUTS_FILE, load_result(folder)
+    marker, result = folder / INPUTS_FILE, read_result(folder)
     if marker.is_file():
         stale = marker.read_text().strip() != digest
     else:  # a folder from before the marker: a stopped run resumes, a finished one is matched on its overrides
@@ -393,23 +388,22 @@ def _execute(spec: RunSpec) -> dict[str, Any]:
     spec.folder.mkdir(parents=True, exist_ok=True)
     (spec.folder / INPUTS_FILE).write_text(digest + "\n")
     start = time.perf_counter()
-    before = _versions(spec.folder)
+    before = latest_version(spec.folder)
     resume = resume_point(spec.folder) if spec.test else None  # a tuning trial is never resumed: pruning reads rounds
     if resume is not None:
         spec = replace(spec, extra_fit_args=(*spec.extra_fit_args, "--ckpt_path", str(resume[0])))
     cpu = _run(spec)
     if resume is None:
-        fit_dir, *tested = _new_versions(spec.folder, before, 2 if spec.test else 1)
+        fit_dir, *tested = versions_since(spec.folder, before, 2 if spec.test else 1)
     else:  # the resumed fit writes on in its checkpoint's version folder
-        fit_dir, tested = resume[0].parent.parent, _new_versions(spec.folder, before, 1)
+        fit_dir, tested = resume[0].parent.parent, versions_since(spec.folder, before, 1)
     test_dir = tested[0] if tested else None
-    for version in (fit_dir, *tested):
-        if not (version / "metrics.csv").is_file():
-            raise RuntimeError(
-                f"run folder '{version}' holds no metrics.csv (trainer.logger: false turns the run's CSV record off),"
-                " and the suite reads every run's metrics from that file"
-            )
-    test_rows = [] if test_dir is None else read_metrics(test_dir / "metrics.csv")
+    try:
+        fit_rows = read_metrics(fit_dir)
+        test_rows = [] if test_dir is None else read_metrics(test_dir)
+    except FileNotFoundError as err:
+        raise RuntimeError(f"{err}, and the suite reads every run's metrics from that file") from None
+    records = [last_record(fit_dir, "fit"), *([] if test_dir is None else [last_record(test_dir, "test")])]
     result = {
         "federation": spec.federation,
         "method": spec.method,
@@ -417,14 +411,49 @@ def _execute(spec: RunSpec) -> dict[str, Any]:
         "overrides": dict(spec.overrides),
         "fit_version": fit_dir.name,
         "test_version": None if test_dir is None else test_dir.name,
-        "config_sha256": sha256_file(fit_dir / "config.yaml"),
+        "config_sha256": resolved_config_sha256(fit_dir),
         "inputs_sha256": digest,
         "cpu_s": cpu,
         "wall_s": time.perf_counter() - start,
         "resumed_from_round": 0 if resume is None else resume[1],
         **dict(spec.tags),
-        **summarise(read_metrics(fit_dir / "metrics.csv"), test_rows),
+        **summarise(fit_rows, test_rows),
+        **provenance(records, user_code(spec.configs, dict(spec.overrides))),
     }
     if spec.test:
-        write_json(spec.folder / RESULT_FILE, result)
+        write_result(spec.folder, result)
     return result
+
+
+def provenance(records: Sequence[RunRecord | None], user: Mapping[str, str]) -> dict[str, Any]:
+    """What a run's ``result.json`` keeps of its commands' run records (fit first, then test).
+
+    Returns:
+        ``commit`` (``<hash>+dirty`` with uncommitted changes to fedhet), ``fedhet_version``, ``environment``,
+        ``threads`` (the fit's), ``cpu`` (``startup``, ``rounds``, ``evaluation``, summed over the commands),
+        ``config_sha256`` (the fit's resolved config, independent of where the run folder lives), ``data_sha256``,
+        ``sources`` (every fedhet and user module the commands imported, with its sha256) and ``user_code`` (the
+        user packages' files its configs name). Empty when a command wrote no record (a fedhet before them).
+
+    """
+    if not records or any(r is None for r in records):
+        return {}
+    kept = [r for r in records if r is not None]
+    fit = kept[0]
+    sources: dict[str, str] = {}
+    for record in kept:
+        sources.update(record.sources)
+    cpu = sum((r.cpu for r in kept), CpuSeconds())
+    return {
+        "commit": fit.commit + ("+dirty" if any(r.dirty for r in kept) else ""),
+        "fedhet_version": fit.fedhet_version,
+        "environment": fit.environment,
+        "threads": fit.threads,
+        "cpu": {"startup": cpu.startup, "rounds": cpu.rounds, "evaluation": cpu.evaluation},
+        "rounds_trained": fit.rounds_trained,
+        "resolved_config_sha256": fit.config_sha256,
+        "data_sha256": fit.data_sha256,
+        "sources": sources,
+        "sources_sha256": digest_of(sources),
+        "user_code": dict(user),
+    }

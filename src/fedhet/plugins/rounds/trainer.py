@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
+import torch
 from lightning.fabric import Fabric
 from lightning.fabric.loggers.logger import Logger
 from lightning.pytorch import Callback, LightningModule
@@ -53,6 +54,7 @@ from fedhet.plugins.storage.client_store import ClientStore
 from fedhet.plugins.storage.export import export_clients, save_lightning_checkpoint, write_export_index
 from fedhet.plugins.storage.fingerprint import fingerprint_differences
 from fedhet.plugins.storage.run_folder import RunCSVLogger, RunFolder, RunFolderHeldError, version_of
+from fedhet.plugins.storage.run_record import CpuMeter, CpuSeconds, add_record, make_record
 from fedhet.plugins.uploads.aggregators import Aggregator
 from fedhet.plugins.uploads.policies import FailureBudget, PlainUpdate, PrivateUpdate, ServerUpdate, UploadCheck
 from fedhet.plugins.uploads.privacy import UploadPrivacy
@@ -210,6 +212,7 @@ class FederatedTrainer:
         self._has_state = False
         self.fitting = False
         self.should_stop = False  # a callback sets it in on_round_end to end fit after that round
+        self._meter = CpuMeter()
 
     # ------------------------------------------------------------------ public entry points
     @_releases_run_folder
@@ -220,6 +223,7 @@ class FederatedTrainer:
         checkpoint of one of those folders goes on in that folder. The folder is held for the whole ``fit``: another
         command on it is refused (:meth:`~fedhet.plugins.storage.run_folder.RunFolder.hold`).
         """
+        self._meter = CpuMeter()
         path = self.run.resolve_checkpoint(ckpt_path, required=False)
         read = _file_identity(path)
         state = self._resumable(path)  # read and checked before any process is launched
@@ -239,6 +243,8 @@ class FederatedTrainer:
         self.fitting = True
         self.should_stop = False
         self._hooks("on_federation_start", module=model)
+        self._meter.start_work()
+        threads, first_round = torch.get_num_threads(), self.current_round
         for round_idx in range(self.current_round, self.rounds):
             metrics = self._run_round(round_idx)
             self.history.append(metrics)
@@ -254,6 +260,7 @@ class FederatedTrainer:
         self._hooks("on_federation_end")
         for logger in fabric.loggers:
             logger.finalize("success")
+        self._write_record("fit", threads, self.current_round - first_round)
 
     def validate(
         self, model: LightningModule, datamodule: FederatedData, ckpt_path: str | None = None
@@ -522,7 +529,7 @@ class FederatedTrainer:
 
     def _run_round(self, round_idx: int) -> dict[str, float]:
         fabric = self._fabric
-        start = time.perf_counter()
+        start, cpu, cpu_eval = time.perf_counter(), CpuMeter.now(), 0.0
         sampled = self.sampler.sample(self._client_ids, round_idx, self.rounds, self.seed)
         self._hooks("on_round_start", round_idx=round_idx, client_ids=sampled)
         uploads = self.fit_clients([cid for cid in sampled if self.owns(cid)], round_idx)
@@ -550,11 +557,14 @@ class FederatedTrainer:
         metrics = training_metrics(round_idx, updates, failures, comm)
         metrics.update(self._server_update.metrics(sample_rate=len(sampled) / len(self._client_ids)))
         if (round_idx + 1) % self.reporting.eval_every == 0 or round_idx == self.rounds - 1:
-            mark = time.perf_counter()
+            mark, cpu_mark = time.perf_counter(), CpuMeter.now()
             metrics.update(self._evaluate("val", round_idx))
             spans["time/eval_s"] = time.perf_counter() - mark
+            cpu_eval = CpuMeter.now() - cpu_mark
         metrics.update(spans)
         metrics["time/round_s"] = time.perf_counter() - start
+        self._meter.evaluation += cpu_eval
+        self._meter.rounds += CpuMeter.now() - cpu - cpu_eval
         return metrics
 
     # ------------------------------------------------------------------ evaluation
@@ -621,16 +631,41 @@ class FederatedTrainer:
     def _evaluate_only(
         self, stage: str, model: LightningModule, datamodule: FederatedData, ckpt_path: str | None
     ) -> dict[str, float]:
-        self._load_trained("validate" if stage == "val" else "test", model, datamodule, ckpt_path)
+        self._meter = CpuMeter()
+        command = "validate" if stage == "val" else "test"
+        self._load_trained(command, model, datamodule, ckpt_path)
+        self._meter.start_work()
+        threads, cpu = torch.get_num_threads(), CpuMeter.now()
         metrics = self._evaluate(stage, self.current_round)
         if stage == "test":
             metrics.update(self._evaluate_new_clients(self.current_round))
+        self._meter.evaluation += CpuMeter.now() - cpu
         self._fabric.log_dict(metrics, step=self.current_round)
         for logger in self._fabric.loggers:
             logger.save()
+        self._write_record(command, threads, 0)
         return metrics
 
     # ------------------------------------------------------------------ checkpoints and logging
+    def _write_record(self, command: str, threads: int, rounds_trained: int) -> None:
+        """Write the command's :class:`~fedhet.plugins.run_record.RunRecord` (CPU summed over the processes)."""
+        cpu = sum(gather_objects(self._fabric, self._meter.finish()), CpuSeconds())
+        if not (self._fabric.is_global_zero and self._run_record and self.run.version is not None):
+            return
+        classes = (type(self.context.template), type(self._datamodule), *map(type, self.callbacks))
+        record = make_record(
+            command,
+            threads=threads,
+            seed=self.seed,
+            rounds_done=self.current_round,
+            rounds_trained=rounds_trained,
+            cpu=cpu,
+            fingerprint=self.context.fingerprint(self.callbacks),
+            config=self.run_config,
+            classes=classes,
+        )
+        add_record(self.run.path, record)
+
     def save_checkpoint(self, path: str | Path) -> None:
         """Write the whole federation (server, every client, callbacks, history) to ``path``, atomically."""
         fabric = self._fabric
