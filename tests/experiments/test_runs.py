@@ -73,7 +73,7 @@ def test_fit_and_test_in_one_process_match_the_test_command_alone(tmp_path: Path
     assert set(result["cpu"]) == {"startup", "rounds", "evaluation"}
     assert all(value > 0 for value in result["cpu"].values())
     assert sum(result["cpu"].values()) <= result["cpu_s"]  # the process's parts; cpu_s also counts its children
-    assert "fedhet.plugins.trainer" in result["sources"]
+    assert "fedhet.plugins.rounds.trainer" in result["sources"]
     assert result["user_code"] == {}
 
 

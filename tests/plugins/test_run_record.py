@@ -46,8 +46,8 @@ def test_fit_and_test_each_record_provenance_threads_and_cpu_by_part(tmp_path, t
     assert (test.cpu.rounds, test.cpu.evaluation > 0) == (0, True)
     assert fit.data_sha256 is not None
     assert fit.data_sha256 == test.data_sha256
-    trainer_file = PACKAGE / "plugins" / "trainer.py"
-    assert fit.sources["fedhet.plugins.trainer"] == hashlib.sha256(trainer_file.read_bytes()).hexdigest()
+    trainer_file = PACKAGE / "plugins" / "rounds" / "trainer.py"
+    assert fit.sources["fedhet.plugins.rounds.trainer"] == hashlib.sha256(trainer_file.read_bytes()).hexdigest()
     assert FedAvg.__module__ in fit.sources
     assert not any(name.split(".")[0] in ("torch", "lightning") for name in fit.sources)
 

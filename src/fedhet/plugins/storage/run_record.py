@@ -4,8 +4,8 @@ A run's ``default_root_dir`` holds one ``version_N`` folder per command (:mod:`~
 each version folder:
 
 - ``config.yaml``: the resolved config (:meth:`~fedhet.plugins.storage.run_folder.RunFolder.save_config`);
-- ``metrics.csv``: one row per round or evaluation (:class:`~fedhet.plugins.storage.run_folder.RunCSVLogger`), read back by
-  :func:`read_metrics`;
+- ``metrics.csv``: one row per round or evaluation (:class:`~fedhet.plugins.storage.run_folder.RunCSVLogger`),
+  read back by :func:`read_metrics`;
 - ``checkpoints/last.ckpt``: the federation (:mod:`~fedhet.plugins.storage.checkpoint`);
 - ``record.json`` (:class:`RunRecord`, :func:`add_record`, :func:`read_records`): one record per command that ran
   in the folder (a fit, a resumed fit, a test by the same trainer), in order: the command, fedhet's version and
