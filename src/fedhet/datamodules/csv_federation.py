@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -12,6 +13,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from fedhet.datamodules.class_summary import count_classes, say_classes
 from fedhet.datamodules.client import ClientDataModule, held_out_splits
 from fedhet.datamodules.csv_table import (
     MISSING_VALUES,
@@ -100,8 +102,12 @@ class CSVFederation(FederatedDataModule):
     imputed by the training mean. Column names travel with the data as :attr:`feature_names`, so
     :class:`~fedhet.datamodules.aligned.AlignedFederation` can place every site in the union of the columns.
 
-    Labels: integers ``0..C-1`` are used as they are; other labels (``yes``/``no``, ``benign``/``malignant``) are
-    numbered in sorted order, or in the order ``classes`` gives. :attr:`classes` holds each class index's label.
+    Labels: the labels present in the files are numbered in sorted order (integers in numeric order, so labels
+    ``0..C-1`` keep their values; ``yes``/``no``, ``benign``/``malignant`` in text order), or in the order ``classes``
+    gives, and then a label outside ``classes`` is refused naming its file, row and column. :attr:`classes` holds each
+    class index's label. A federation prints each site's classes with their counts when it is built, and warns in one
+    line about a class found at one site only, in under 1 % of its rows (a typo such as ``2`` in a 0/1 column):
+    give ``classes`` to refuse such a label instead.
 
     Args:
         files: a folder (every ``*.csv`` in it, in name order), or a list of CSV files; a path starting with
@@ -196,6 +202,12 @@ class CSVFederation(FederatedDataModule):
             self._sites[Path(table.name).stem] = _Site(
                 x, torch.from_numpy(y), names, {"train": train, "val": val, "test": test}
             )
+        say_classes("CSVFederation", self.class_counts, warn_rare=classes is None)
+
+    @property
+    def class_counts(self) -> dict[str, dict[str, int]]:
+        """Each client's rows (all splits) per class label, the classes it holds only, in class-index order."""
+        return count_classes({client_id: site.y.numpy() for client_id, site in self._sites.items()}, self.classes)
 
     @property
     def declared_num_clients(self) -> int:
@@ -271,7 +283,10 @@ class CSVFederation(FederatedDataModule):
 def _class_order(
     tables: list[SiteTable], labels: list[list[str]], label_column: str, classes: Sequence[str | int] | None
 ) -> tuple[str, ...]:
-    """Each class index's label: ``classes`` as given, else ``0..max`` for integer labels, else the sorted labels."""
+    """Each class index's label: ``classes`` as given, else the labels present, integers in numeric order.
+
+    An integer label is a class name like any other, never a size: labels ``0, 1, 1000000000`` make three classes.
+    """
     if classes is not None:
         known = {str(label) for label in classes}
         if len(known) != len(classes) or not known:
@@ -284,6 +299,10 @@ def _class_order(
                     )
         return tuple(str(label) for label in classes)
     distinct = {label for site_labels in labels for label in site_labels}
-    if all(label.isdigit() for label in distinct):
-        return tuple(str(k) for k in range(max(int(label) for label in distinct) + 1))
+    if all(_is_integer(label) for label in distinct):  # the classes present in numeric order; never range(max + 1)
+        return tuple(sorted(distinct, key=int))
     return tuple(sorted(distinct))
+
+
+def _is_integer(label: str) -> bool:
+    return re.fullmatch(r"-?[0-9]+", label) is not None

@@ -6,10 +6,13 @@ Every error names the file, the row (the line of the file; the header is row 1) 
 
 from __future__ import annotations
 
+import _csv
 import csv
+import io
 import math
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Literal
 
@@ -24,6 +27,9 @@ TextPolicy = Literal["refuse", "one_hot"]
 
 MISSING_VALUES: tuple[str, ...] = ("", "NA", "N/A", "n/a", "NaN", "nan", "?")
 """Cells read as missing values by default (after stripping surrounding spaces)."""
+
+MAX_CELL_CHARS = csv.field_size_limit()
+"""The longest cell read (Python's ``csv`` field limit, 131,072 characters); a longer one is refused, naming its row."""
 
 
 @dataclass(frozen=True)
@@ -53,6 +59,11 @@ class SiteTable:
         """
         return f"{self.name} row {self.lines[row]} column {column!r}"
 
+    @cached_property
+    def position(self) -> dict[str, int]:
+        """Each column's position in :attr:`columns`, by name (a lookup that does not scan the header)."""
+        return {name: j for j, name in enumerate(self.columns)}
+
     def column(self, name: str) -> list[str]:
         """Every row's cell in column ``name``.
 
@@ -60,8 +71,12 @@ class SiteTable:
             name: a name of :attr:`columns`.
 
         """
-        j = self.columns.index(name)
-        return [row[j] for row in self.cells]
+        return list(self._by_column[self.position[name]])
+
+    @cached_property
+    def _by_column(self) -> list[tuple[str, ...]]:
+        """The cells column by column (one transpose, so that reading a column does not walk every row)."""
+        return list(zip(*self.cells, strict=True)) if self.cells else [() for _ in self.columns]
 
 
 def read_site_table(path: Path) -> SiteTable:
@@ -75,35 +90,60 @@ def read_site_table(path: Path) -> SiteTable:
 
     Raises:
         FileNotFoundError: when the file does not exist.
-        ValueError: naming the file (and row) when it has no header, a column name is empty or repeated, or a row has
-            more or fewer cells than the header has columns.
+        ValueError: naming the file (and row) when it cannot be read, is not UTF-8 text (a binary or Latin-1 file),
+            has a cell longer than :data:`MAX_CELL_CHARS` or is not CSV, has no header, a column name is empty or
+            repeated, or a row has more or fewer cells than the header has columns.
 
     """
     if not path.is_file():
         raise FileNotFoundError(f"CSV file '{path}' does not exist")
-    with path.open(newline="", encoding="utf-8-sig") as f:
-        reader = csv.reader(f)
-        header = next(reader, None)
-        if header is None:
-            raise ValueError(f"{path.name} is empty; a CSV file needs a header row of column names")
-        columns = tuple(name.strip() for name in header)
-        for j, name in enumerate(columns):
-            if not name:
-                raise ValueError(f"{path.name} row 1: column {j + 1} has no name")
-            if columns.index(name) != j:
-                raise ValueError(f"{path.name} row 1: column name {name!r} appears more than once")
-        cells, lines = [], []
-        for row in reader:
-            if not any(cell.strip() for cell in row):
-                continue
-            if len(row) != len(columns):
-                raise ValueError(
-                    f"{path.name} row {reader.line_num}: the header names {len(columns)} columns but this row has"
-                    f" {len(row)}"
-                )
-            cells.append(tuple(cell.strip() for cell in row))
-            lines.append(reader.line_num)
-    return SiteTable(path.name, columns, tuple(cells), tuple(lines))
+    try:
+        raw = path.read_bytes()
+    except OSError as err:
+        raise ValueError(f"{path.name}: cannot be read ({err.strerror or err})") from None
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        line = raw.count(b"\n", 0, err.start) + 1
+        raise ValueError(
+            f"{path.name} row {line}: byte {err.start} is not UTF-8 text (a binary file, or text saved in another"
+            " encoding such as Latin-1: save it as UTF-8)"
+        ) from None
+    reader = csv.reader(io.StringIO(text, newline=""))
+    try:
+        return _read_rows(path.name, reader)
+    except csv.Error as err:
+        problem = (
+            f"a cell is longer than {MAX_CELL_CHARS:,} characters"
+            if "field larger than field limit" in str(err)
+            else f"not CSV ({err})"
+        )
+        raise ValueError(f"{path.name} row {reader.line_num}: {problem}") from None
+
+
+def _read_rows(name: str, reader: _csv.Reader) -> SiteTable:
+    """The header and rows of a ``csv.reader`` over the file ``name``, checked."""
+    header = next(reader, None)
+    if header is None:
+        raise ValueError(f"{name} is empty; a CSV file needs a header row of column names")
+    columns = tuple(column.strip() for column in header)
+    seen: set[str] = set()
+    for j, column in enumerate(columns):
+        if not column:
+            raise ValueError(f"{name} row 1: column {j + 1} has no name")
+        if column in seen:
+            raise ValueError(f"{name} row 1: column name {column!r} appears more than once")
+        seen.add(column)
+    cells, lines = [], []
+    for row in reader:
+        if not any(cell.strip() for cell in row):
+            continue
+        line = reader.line_num
+        if len(row) != len(columns):
+            raise ValueError(f"{name} row {line}: the header names {len(columns)} columns but this row has {len(row)}")
+        cells.append(tuple(cell.strip() for cell in row))
+        lines.append(line)
+    return SiteTable(name, columns, tuple(cells), tuple(lines))
 
 
 def check_label_column(table: SiteTable, label_column: str) -> None:
@@ -202,7 +242,7 @@ def check_no_missing(table: SiteTable, columns: Sequence[str], missing_values: C
         ValueError: naming the file, row and column of the first missing cell.
 
     """
-    positions = [table.columns.index(name) for name in columns]
+    positions = [table.position[name] for name in columns]
     for i, row in enumerate(table.cells):
         for j in positions:
             if row[j] in missing_values:
@@ -240,22 +280,29 @@ def encode_site(
         the features of every row, shape ``(N, F)`` (``float32``), and the ``F`` column names.
 
     """
+    numeric = [name for name, kind in kinds.items() if kind == "numeric"]
+    numbers = [[as_number(cell) for cell in table.column(name)] for name in numeric]
+    observed = torch.tensor([[v is not None for v in column] for column in numbers], dtype=torch.bool)
+    x = torch.tensor([[0.0 if v is None else v for v in column] for column in numbers], dtype=torch.float64)
+    observed, x = observed.reshape(len(numeric), len(table.cells)), x.reshape(len(numeric), len(table.cells))
+    train = torch.as_tensor(train_rows, dtype=torch.long)
+    # Every numeric column at once, each stored contiguously (the transposes are views): each column's sums run in
+    # the order they would for that column alone, so the numbers do not depend on how many columns the file has.
+    mean, scale = fit_standardizer(x[:, train].T, observed[:, train].T)
+    observed, x = observed.T, x.T
+    x = torch.where(observed, x, mean)
+    x = (x - mean) / scale if standardize else x
+    where = {name: k for k, name in enumerate(numeric)}
     blocks: list[Tensor] = []
     names: list[str] = []
-    train = torch.as_tensor(train_rows, dtype=torch.long)
     for name, kind in kinds.items():
-        cells = table.column(name)
-        if kind == "categorical":
-            values = sorted({cells[i] for i in train_rows.tolist()} - set(missing_values))
-            codes = np.asarray(cells, dtype=object)[:, None] == np.asarray(values, dtype=object)[None, :]
-            blocks.append(torch.from_numpy(codes.reshape(len(cells), len(values))).double())
-            names += [f"{name}={value}" for value in values]
+        if kind == "numeric":
+            blocks.append(x[:, where[name] : where[name] + 1])
+            names.append(name)
             continue
-        numbers = [as_number(cell) for cell in cells]
-        observed = torch.tensor([v is not None for v in numbers]).unsqueeze(1)
-        x = torch.tensor([0.0 if v is None else v for v in numbers], dtype=torch.float64).unsqueeze(1)
-        mean, scale = fit_standardizer(x[train], observed[train])
-        x = torch.where(observed, x, mean)
-        blocks.append((x - mean) / scale if standardize else x)
-        names.append(name)
+        cells = table.column(name)
+        values = sorted({cells[i] for i in train_rows.tolist()} - set(missing_values))
+        codes = np.asarray(cells, dtype=object)[:, None] == np.asarray(values, dtype=object)[None, :]
+        blocks.append(torch.from_numpy(codes.reshape(len(cells), len(values))).double())
+        names += [f"{name}={value}" for value in values]
     return torch.cat(blocks, dim=1).float(), tuple(names)
