@@ -421,7 +421,12 @@ def make_trainer(
         rounds,
         callbacks=callbacks,
         local_epochs=workload.local_epochs,
-        processes=Processes(accelerator="cpu", stack_clients=stack_clients, retain_cpu_heap=retain_heap),
+        processes=Processes(
+            accelerator="cpu",
+            stack_clients=stack_clients,
+            retain_cpu_heap=retain_heap,
+            threads=torch.get_num_threads(),  # --threads, as the reference loops run
+        ),
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import importlib
 import inspect
+import json
 import math
 import re
 import statistics
@@ -20,8 +21,9 @@ import yaml
 from scipy import stats
 
 from fedhet.cli import main
-from fedhet.experiments.compare import check_command_lines, method_sha256, tune_method, tuned_at_edges
+from fedhet.experiments.compare import check_command_lines, method_sha256, run_spec, tune_method, tuned_at_edges
 from fedhet.experiments.results import paired, table_rows
+from fedhet.experiments.runs import arguments, run_sha256
 from fedhet.experiments.suite import SuiteError, load_suite
 from fedhet.experiments.trials import open_storage
 
@@ -189,6 +191,49 @@ def test_two_compares_of_one_suite_share_its_runs_and_each_writes_the_whole_tabl
     assert "covers" not in (out / "table.md").read_text()
 
 
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_a_table_does_not_depend_on_workers(tmp_path: Path) -> None:
+    """The smoke suite, tuning included, with 1 and 2 runs at once: every run on the suite's 1 thread, and every
+    metric of every run and every cell of the table the same, to the bit (the cost columns aside: times)."""
+    tables, metrics = {}, {}
+    for workers in (1, 2):
+        path = _suite(tmp_path / f"w{workers}", workers=workers)
+        main(["compare", "-c", str(path)])
+        out = tmp_path / f"w{workers}" / "out"
+        configs = sorted(out.rglob("version_0/config.yaml"))
+        assert len(configs) == 7  # 3 tuning trials and 4 final runs
+        assert {yaml.safe_load(c.read_text())["trainer"]["processes"]["threads"] for c in configs} == {1}
+        tables[workers] = {
+            (key, column): cell
+            for key, row in _table(out).items()
+            for column, cell in row.items()
+            if not any(cost in column for cost in ("cpu", "wall", "time"))
+        }
+        metrics[workers] = {
+            str(result.relative_to(out)): (run["test"], run["val"])
+            for result in sorted(out.rglob("result.json"))
+            for run in [json.loads(result.read_text())]
+        }
+    assert len(metrics[1]) == 4
+    assert metrics[1] == metrics[2]
+    differing = [cell for cell in tables[1] if tables[1][cell] != tables[2].get(cell)]
+    assert len(tables[1]) > 20
+    assert differing == []
+
+
+def test_threads_default_to_one_and_change_the_runs_digests_only_when_set(tmp_path: Path) -> None:
+    one = load_suite(_suite(tmp_path / "one"))
+    assert one.threads == 1
+    assert run_spec(one, "digits", "fedavg", 0, {}).threads == 1
+    four = load_suite(_suite(tmp_path / "one", threads=4))
+    spec = run_spec(four, "digits", "fedavg", 0, {})
+    assert spec.threads == 4
+    assert "--trainer.processes.threads=4" in arguments(spec, "fit")
+    assert method_sha256(four, "digits", "fedrep") != method_sha256(one, "digits", "fedrep")
+    assert run_sha256(spec) != run_sha256(run_spec(one, "digits", "fedavg", 0, {}))
+
+
 @pytest.mark.parametrize(
     ("flag", "values", "problem"),
     [
@@ -214,6 +259,7 @@ def test_an_unknown_seed_or_method_is_one_line_exit_2(
         ({"tuning": {"trials": 3, "random_trials": 0}}, "tuning.random_trials"),
         ({"federations": {"x": "missing.yaml"}}, "federations.x"),
         ({"results": ["a"]}, "results"),
+        ({"threads": 0}, "threads"),
     ],
 )
 def test_bad_suite_is_one_line_exit_2(

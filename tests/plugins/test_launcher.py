@@ -20,58 +20,54 @@ def two_processes() -> Fabric:
 
 
 @pytest.fixture
-def one_thread_each(monkeypatch):
-    """Each process would run one compute thread (as on 2 cores with 2 processes), and no test left a Python thread
-    (e.g. a W&B logger's) in this process."""
-    monkeypatch.setattr(launcher, "intra_op_threads", lambda num_processes: 1)
+def no_other_thread(monkeypatch):
+    """No test left a Python thread (e.g. a W&B logger's) in this process."""
     monkeypatch.setattr(launcher, "other_python_threads", lambda: [])
 
 
 @fork_only
-def test_a_cpu_run_without_other_python_threads_and_one_compute_thread_each_forks(one_thread_each):
+def test_a_cpu_run_without_other_python_threads_and_one_compute_thread_each_forks(no_other_thread):
     fabric = two_processes()
-    assert fork_refusal(fabric) is None
-    assert use_start_method(fabric, "auto") == "fork"
+    assert fork_refusal(fabric, threads=1) is None
+    assert use_start_method(fabric, "auto", threads=1) == "fork"
     assert type(fabric.strategy.launcher) is ForkLauncher
     assert fabric.strategy.launcher.num_processes == 2
 
 
 @fork_only
-def test_another_python_thread_is_a_reason_not_to_fork(monkeypatch):
-    monkeypatch.setattr(launcher, "intra_op_threads", lambda num_processes: 1)
+def test_another_python_thread_is_a_reason_not_to_fork():
     stop = threading.Event()
     thread = threading.Thread(target=stop.wait, name="busy-logger")
     thread.start()
     try:
         fabric = two_processes()
-        assert "busy-logger" in fork_refusal(fabric)
-        assert use_start_method(fabric, "auto") == "popen"  # auto falls back to running the command again
+        assert "busy-logger" in fork_refusal(fabric, threads=1)
+        assert use_start_method(fabric, "auto", threads=1) == "popen"  # auto falls back to running the command again
         assert type(fabric.strategy.launcher) is not ForkLauncher
         with pytest.raises(ValueError, match="field 'start_method' is 'fork', but other Python threads run"):
-            use_start_method(fabric, "fork")
+            use_start_method(fabric, "fork", threads=1)
     finally:
         stop.set()
         thread.join()
 
 
 @fork_only
-def test_openmp_threads_and_several_compute_threads_per_process_are_a_reason_not_to_fork(monkeypatch):
-    monkeypatch.setattr(launcher, "intra_op_threads", lambda num_processes: 4)
-    monkeypatch.setattr(launcher, "other_python_threads", lambda: [])
+def test_openmp_threads_and_several_compute_threads_per_process_are_a_reason_not_to_fork(monkeypatch, no_other_thread):
     real_listdir = os.listdir
     monkeypatch.setattr(
         launcher.os, "listdir", lambda path: ["1", "2", "3"] if path == "/proc/self/task" else real_listdir(path)
     )
-    assert "could hang in its first parallel region" in fork_refusal(two_processes())
+    assert "could hang in its first parallel region" in fork_refusal(two_processes(), threads=4)
+    assert fork_refusal(two_processes(), threads=1) is None  # one compute thread per child: safe
     monkeypatch.setattr(launcher.os, "listdir", lambda path: ["1"] if path == "/proc/self/task" else real_listdir(path))
-    assert fork_refusal(two_processes()) is None  # no OpenMP pool to inherit: any thread count is safe
+    assert fork_refusal(two_processes(), threads=4) is None  # no OpenMP pool to inherit: any thread count is safe
 
 
 def test_one_process_and_popen_keep_lightnings_launcher():
     one = Fabric(accelerator="cpu", devices=1)
-    assert use_start_method(one, "fork") == "popen"
+    assert use_start_method(one, "fork", threads=1) == "popen"
     fabric = two_processes()
-    assert use_start_method(fabric, "popen") == "popen"
+    assert use_start_method(fabric, "popen", threads=1) == "popen"
     assert type(fabric.strategy.launcher) is not ForkLauncher
 
 

@@ -23,6 +23,7 @@ from fedhet.cli_text import DESCRIPTION, error_sentence, plain_text
 from fedhet.datamodules.federated import FederatedDataModule
 from fedhet.modules.base import FederatedModule
 from fedhet.plugins import FederatedTrainer, Reporting
+from fedhet.plugins.processes.threads import pin_threads
 from fedhet.plugins.rounds.epochs import epoch_schedule
 from fedhet.plugins.storage.run_folder import config_root, latest_checkpoint
 
@@ -219,9 +220,13 @@ class FederatedCLI(LightningCLI):
         classes the config names do (:class:`_TopLevelHyperparameters`). A sampler that needs more clients per round
         than the federation declares (``min_clients`` above ``data.num_clients``) is refused here too, before any
         data is read; where the count is only known from the data, the trainer refuses it when ``fit`` starts,
-        before any round runs.
+        before any round runs. The process computes on ``trainer.processes.threads`` threads from here on, the model
+        and the data built included (:func:`~fedhet.plugins.processes.threads.pin_threads`).
         """
         self.config_dump = self._resolved(self.config, self.subcommand)  # what _InstantiatorFn reads
+        threads = _subcommand_section(self.config, self.subcommand).get("trainer.processes.threads")
+        if isinstance(threads, int) and threads >= 1:  # a value out of range is refused by Processes below
+            pin_threads(threads)
         instantiators = [
             (_TopLevelHyperparameters(cli=self, key=key), base, subclasses)
             for key, base, subclasses in (

@@ -62,8 +62,9 @@ def method_sha256(suite: Suite, federation: str, method: str) -> str:
     """The sha256 of what ``method``'s tuning on ``federation`` depends on.
 
     That is the method's and the federation's config files (their bytes), the method's fixed overrides, its search
-    space and the suite's tuning settings (budget, seeds, metric, TPE's start-up trials) when it has a search space;
-    no path, so a suite whose output folder moved keeps its studies and runs.
+    space and the suite's tuning settings (budget, seeds, metric, TPE's start-up trials) when it has a search space,
+    and the suite's ``threads`` when not 1 (a suite of one thread keeps the studies it had); no path, so a suite whose
+    output folder moved keeps its studies and runs.
     """
     spec, tuning = suite.methods[method], suite.tuning
     settings = None
@@ -75,6 +76,7 @@ def method_sha256(suite: Suite, federation: str, method: str) -> str:
         overrides=dict(spec.overrides),
         search=None if spec.search is None else repr(spec.search),
         tuning=settings,
+        **({} if suite.threads == 1 else {"threads": suite.threads}),
     )
 
 
@@ -95,7 +97,7 @@ def run_spec(suite: Suite, federation: str, method: str, seed: int, overrides: M
         configs=_configs(suite, federation, method),
         overrides={**suite.methods[method].overrides, **overrides},
         folder=suite.output / "runs" / federation / method / f"seed{seed}",
-        threads=1 if suite.workers > 1 else None,
+        threads=suite.threads,
         group=suite.name,
         tags={"method_sha256": method_sha256(suite, federation, method)},
     )

@@ -76,7 +76,8 @@ class RunSpec:
         folder: the run folder (the trainer's ``default_root_dir``).
         extra_fit_args: more ``fedhet fit`` arguments (a tuning trial's pruning callback).
         test: whether ``fedhet test`` follows the fit (tuning trials score validation only and skip it).
-        threads: ``OMP_NUM_THREADS`` for the subprocesses (``None``: inherited).
+        threads: the run's compute threads (``--trainer.processes.threads``, recorded in its ``config.yaml``; also
+            ``OMP_NUM_THREADS`` and ``MKL_NUM_THREADS`` of its process), whatever the machine's cores.
         group: the W&B run group (``WANDB_RUN_GROUP``) of a fit that logs to W&B (``None``: inherited).
         tags: more entries of ``result.json`` (e.g. the tuning trial).
 
@@ -90,7 +91,7 @@ class RunSpec:
     folder: Path
     extra_fit_args: tuple[str, ...] = ()
     test: bool = True
-    threads: int | None = None
+    threads: int = 1
     group: str | None = None
     tags: Mapping[str, Any] = field(default_factory=dict)
 
@@ -116,6 +117,7 @@ def arguments(spec: RunSpec, subcommand: str) -> list[str]:
         f"--trainer.seed={spec.seed}",
         f"--trainer.default_root_dir={spec.folder}",
         "--trainer.reporting.progress_bar=false",
+        f"--trainer.processes.threads={spec.threads}",
     ]
     args += [f"--{key}={_cli_value(value)}" for key, value in spec.overrides.items()]
     if subcommand == "fit":
@@ -146,8 +148,7 @@ def _run(spec: RunSpec) -> float:
 
     """
     env = dict(os.environ)
-    if spec.threads is not None:
-        env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(spec.threads)
+    env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(spec.threads)
     if spec.group is not None:
         env["WANDB_RUN_GROUP"] = spec.group
     fit_log, test_log = spec.folder / "fit.log", spec.folder / "test.log"
@@ -285,8 +286,12 @@ def user_code(configs: Sequence[Path], values: Any = None) -> dict[str, str]:
 
 
 def run_sha256(spec: RunSpec) -> str:
-    """The sha256 of what decides a run's outcome: its config files' bytes, its overrides, seed and tags."""
-    return inputs_sha256(spec.configs, overrides=dict(spec.overrides), seed=spec.seed, tags=dict(spec.tags))
+    """The sha256 of what decides a run's outcome: its config files' bytes, its overrides, seed, tags and threads.
+
+    The threads count only when not 1 (the runs of one thread keep the digests they had).
+    """
+    threads = {} if spec.threads == 1 else {"threads": spec.threads}
+    return inputs_sha256(spec.configs, overrides=dict(spec.overrides), seed=spec.seed, tags=dict(spec.tags), **threads)
 
 
 def _as_json(value: Any) -> Any:

@@ -14,6 +14,7 @@
     metric: acc             # the test accuracy family compared: test/acc_mean, test/acc_weighted, test/acc_worst
     tuning: {trials: 3, seeds: [100], storage: tuning.log, metric: val/acc_mean}  # random_trials: TPE's start-up
     workers: 2              # runs at once (default: the CPU count)
+    threads: 1              # compute threads of each run (default 1): a table never depends on workers or cores
     output: fedhet_runs/suites/smoke
     results: ../../results/smoke  # optional: where the table and figures go (default: output)
 
@@ -36,7 +37,19 @@ from typing import Any
 from fedhet.experiments.bounded_yaml import YAMLInputError, read_bounded_yaml
 from fedhet.experiments.search_space import SearchSpace
 
-_TOP = {"name", "federations", "methods", "seeds", "baseline", "metric", "tuning", "workers", "output", "results"}
+_TOP = {
+    "name",
+    "federations",
+    "methods",
+    "seeds",
+    "baseline",
+    "metric",
+    "tuning",
+    "workers",
+    "threads",
+    "output",
+    "results",
+}
 _METHOD = {"config", "overrides", "search"}
 _TUNING = {"trials", "seeds", "storage", "metric", "random_trials"}
 _PLAIN_NAME = re.compile(r"[A-Za-z0-9_.-]+")
@@ -98,6 +111,7 @@ class Suite:
     workers: int
     output: Path
     results: Path | None = None
+    threads: int = 1
 
     @property
     def results_folder(self) -> Path:
@@ -238,6 +252,7 @@ def load_suite(path: str | Path) -> Suite:
     if tuning is None and any(m.search is not None for m in methods.values()):
         tuning = _tuning(path, {}, seeds, output.resolve())
     workers = _positive(path, "workers", top.get("workers", os.cpu_count() or 1))
+    threads = _positive(path, "threads", top.get("threads", 1))
     results = top.get("results")
     if results is not None and (not isinstance(results, str) or not results):
         raise field_error(path, "results", f"expected a folder path, got {results!r}")
@@ -253,4 +268,5 @@ def load_suite(path: str | Path) -> Suite:
         workers,
         output.resolve(),
         None if results is None else (path.parent / results).resolve(),
+        threads,
     )

@@ -12,7 +12,9 @@ PyTorch's CPU wheels run their parallel regions on GNU OpenMP, whose thread pool
 that starts a parallel region of more than one thread after its parent ran one waits forever (measured with torch
 2.13: parent 2 threads then child 2 threads hangs; child 1 thread, or a parent that never ran a parallel region, does
 not). :func:`fork_refusal` checks those conditions; ``start_method="auto"`` (the trainer's default) forks only when it
-returns ``None`` and otherwise keeps Lightning's launcher.
+returns ``None`` and otherwise keeps Lightning's launcher. Neither launcher sets the processes' compute threads (as
+Lightning's does, to the machine's cores over the processes): the trainer sets its own number in every process
+(:mod:`fedhet.plugins.processes.threads`).
 """
 
 from __future__ import annotations
@@ -25,10 +27,8 @@ import threading
 from collections.abc import Callable
 from typing import Any, Literal, cast
 
-import torch
 from lightning.fabric import Fabric
 from lightning.fabric.strategies.launchers.subprocess_script import _ChildProcessObserver, _SubprocessScriptLauncher
-from lightning.fabric.utilities.distributed import _set_num_threads_if_needed, _suggested_max_num_threads
 
 from fedhet.plugins.processes.distributed import dead_children, note_launcher_pid
 
@@ -61,23 +61,15 @@ class ForkedProcess:
             os.kill(self.pid, signal)
 
 
-def intra_op_threads(num_processes: int) -> int:
-    """The compute threads each process will run after the launch.
-
-    Lightning's launcher sets cores over processes, unless ``OMP_NUM_THREADS`` is set (then the current setting stays).
-    """
-    if "OMP_NUM_THREADS" in os.environ:
-        return torch.get_num_threads()
-    return _suggested_max_num_threads(num_processes)
-
-
 def other_python_threads() -> list[str]:
     """The names of this process's Python threads other than the calling one (a logger's, a progress display's...)."""
     return [thread.name for thread in threading.enumerate() if thread is not threading.current_thread()]
 
 
-def fork_refusal(fabric: Fabric) -> str | None:
+def fork_refusal(fabric: Fabric, threads: int) -> str | None:
     """Why ``fabric``'s processes cannot be forked from this one safely, or ``None`` if they can.
+
+    ``threads`` is the compute threads each process runs after the launch (the trainer's ``processes.threads``).
 
     Forking needs: Lightning's per-machine script launcher (not torchrun, SLURM or a spawn strategy), a CPU run (no
     accelerator context to inherit), ``os.fork`` and ``/proc`` (Linux), no Python thread besides this one (a thread
@@ -96,13 +88,12 @@ def fork_refusal(fabric: Fabric) -> str | None:
     others = other_python_threads()
     if others:
         return f"other Python threads run in this process ({', '.join(others)})"
-    threads = len(os.listdir("/proc/self/task"))
-    per_process = intra_op_threads(launcher.num_processes)
-    if threads > 1 and per_process > 1:
+    running = len(os.listdir("/proc/self/task"))
+    if running > 1 and threads > 1:
         return (
-            f"this process runs {threads} threads (PyTorch's OpenMP pool) and each process would run {per_process}"
-            " compute threads; a forked child could hang in its first parallel region (set OMP_NUM_THREADS=1 or fewer"
-            " threads per process to fork)"
+            f"this process runs {running} threads (PyTorch's OpenMP pool) and each process would run {threads}"
+            " compute threads; a forked child could hang in its first parallel region (set processes.threads to 1"
+            " to fork)"
         )
     return None
 
@@ -136,7 +127,6 @@ class PopenLauncher(_SubprocessScriptLauncher):
         if not self.cluster_environment.creates_processes_externally:
             self._call_children_scripts()
             watch_children(self.procs)
-        _set_num_threads_if_needed(num_processes=self.num_processes)
         return function(*args, **kwargs)
 
 
@@ -153,7 +143,6 @@ class ForkLauncher(_SubprocessScriptLauncher):
         self.cluster_environment.validate_settings(num_devices=self.num_processes, num_nodes=self.num_nodes)
         if not self.cluster_environment.creates_processes_externally and not self._fork_children():
             watch_children(self.procs)
-        _set_num_threads_if_needed(num_processes=self.num_processes)
         return function(*args, **kwargs)
 
     def _fork_children(self) -> bool:
@@ -182,13 +171,14 @@ class ForkLauncher(_SubprocessScriptLauncher):
 _REPLACEABLE = (_SubprocessScriptLauncher, PopenLauncher)
 
 
-def use_start_method(fabric: Fabric, start_method: StartMethod) -> str:
+def use_start_method(fabric: Fabric, start_method: StartMethod, threads: int) -> str:
     """Give ``fabric``'s strategy a :class:`ForkLauncher` when ``start_method`` asks for forking and it is safe.
 
     Args:
         fabric: the run's Fabric, not launched yet.
         start_method: ``"fork"`` (fork, or refuse), ``"popen"`` (Lightning's launcher: run the command again) or
             ``"auto"`` (fork when :func:`fork_refusal` allows it, else ``"popen"``).
+        threads: the compute threads of each process after the launch.
 
     Returns:
         ``"fork"`` or ``"popen"``: how the processes start (``"popen"`` also for one process).
@@ -199,7 +189,7 @@ def use_start_method(fabric: Fabric, start_method: StartMethod) -> str:
     """
     if fabric.world_size == 1:
         return "popen"
-    refusal = fork_refusal(fabric) if start_method != "popen" else "popen asked"
+    refusal = fork_refusal(fabric, threads) if start_method != "popen" else "popen asked"
     if refusal is not None and start_method == "fork":
         raise ValueError(f"FederatedTrainer: field 'start_method' is 'fork', but {refusal}")
     method = "popen" if refusal is not None else "fork"

@@ -42,6 +42,11 @@ class Processes:
             (:func:`~fedhet.plugins.processes.heap.retain_freed_memory`, process-wide, from the start of ``fit``): a
             step's large tensors then reuse pages instead of faulting in new ones (15% of a CNN round's time on a CPU in
             one fresh fit). The process keeps up to 128 MiB of freed memory it would have returned.
+        threads: compute threads of each process (torch's intra-op threads and NumPy's BLAS,
+            :func:`~fedhet.plugins.processes.threads.pin_threads`), set when the command starts and recorded in
+            ``config.yaml``. A float32 sum split over threads depends on their number, so a fixed number (not the
+            machine's cores) gives the same results on every machine with the same kernels, whatever else runs there;
+            raise it for speed on large models, knowing results then differ from a run on another number of threads.
 
     """
 
@@ -53,6 +58,7 @@ class Processes:
     precision: str | None = None
     stack_clients: int | None = None
     retain_cpu_heap: bool = True
+    threads: int = 1
 
     def __post_init__(self) -> None:
         if self.start_method not in ("auto", "fork", "popen"):
@@ -61,6 +67,8 @@ class Processes:
             raise _refuse("processes", "stack_clients", "be at least 1 or None", self.stack_clients)
         if self.num_nodes < 1:
             raise _refuse("processes", "num_nodes", "be at least 1", self.num_nodes)
+        if self.threads < 1:
+            raise _refuse("processes", "threads", "be at least 1", self.threads)
 
 
 @dataclass(frozen=True)

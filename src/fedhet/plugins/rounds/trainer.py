@@ -36,6 +36,7 @@ from fedhet.plugins.processes.distributed import (
 )
 from fedhet.plugins.processes.heap import retain_freed_memory
 from fedhet.plugins.processes.launcher import use_start_method
+from fedhet.plugins.processes.threads import pin_threads
 from fedhet.plugins.rounds.comm import CommTotals
 from fedhet.plugins.rounds.new_clients import NEW_CLIENT_STAGE, evaluate_new_clients
 from fedhet.plugins.rounds.options import Checkpointing, ClientStates, Faults, Processes, Reporting
@@ -420,8 +421,9 @@ class FederatedTrainer:
             loggers=self.loggers,
             callbacks=callbacks,
         )
-        use_start_method(self.fabric, processes.start_method)
+        use_start_method(self.fabric, processes.start_method, processes.threads)
         self.fabric.launch()
+        pin_threads(processes.threads)  # in every process, after whatever the launcher set
         if processes.retain_cpu_heap and self.fabric.device.type == "cpu":
             retain_freed_memory()
         if self.fabric.world_size > 1:
