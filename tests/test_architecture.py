@@ -42,3 +42,20 @@ def test_every_shipped_callback_hook_takes_the_typed_hooks_arguments():
             mine = inspect.signature(getattr(callback, name)).parameters
             declared = inspect.signature(getattr(FederationHooks, name)).parameters
             assert set(mine) <= set(declared), f"{callback.__name__}.{name} takes {sorted(set(mine) - set(declared))}"
+
+
+def test_the_dashboard_and_its_figures_import_no_method():
+    """Method pictures live in the methods' callbacks files; the dashboard asks callbacks for them."""
+    import ast
+    from pathlib import Path
+
+    import fedhet.callbacks
+
+    folder = Path(fedhet.callbacks.__file__).parent
+    methods = {f"fedhet.callbacks.{name}" for name in ("flic", "fedpac", "hyfem", "feddadil", "fedhenn")}
+    for name in ("dashboard.py", "figures.py"):
+        tree = ast.parse((folder / name).read_text())
+        imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+        imported |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+        assert not {m for m in imported if m and m.startswith("fedhet.modules")}, name
+        assert not imported & methods, f"{name} imports {sorted(imported & methods)}"

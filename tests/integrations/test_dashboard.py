@@ -10,7 +10,10 @@ wandb = pytest.importorskip("wandb")
 pytest.importorskip("matplotlib")
 from lightning.pytorch.loggers import WandbLogger  # noqa: E402
 
+from fedhet.callbacks import AnchorUpdate, FederatedCallback, ModelMatching  # noqa: E402
 from fedhet.callbacks.dashboard import FederationDashboard, client_rows  # noqa: E402
+from fedhet.callbacks.figures import new_figure  # noqa: E402
+from fedhet.callbacks.flic import embedded_samples  # noqa: E402
 from fedhet.datamodules import HybridFederation, RotatedBlobsDomains  # noqa: E402
 from fedhet.modules import FLIC, FedAvg, FedDaDiL, FedPAC, HyFEM  # noqa: E402
 from fedhet.plugins import FederatedTrainer  # noqa: E402
@@ -91,8 +94,8 @@ def test_flic_anchors_picture(tmp_path, tiny_federation):
     run = trainer(tmp_path)
     run.fit(FLIC(**small, variant="hl"), tiny_federation)
     png(run.run_dir / "plots" / "flic_anchors.png")
-    dashboard = run.callbacks[0]
-    points, labels = dashboard._embedded_samples(run)
+    (anchor_update,) = [cb for cb in run.callbacks if isinstance(cb, AnchorUpdate)]
+    points, labels = embedded_samples(run, anchor_update.picture_clients, anchor_update.picture_samples)
     assert points.shape == (sum(min(100, s.num_train) for s in tiny_federation.specs.values()), 8)
     assert set(labels.tolist()) == {0, 1, 2}
     assert not (run.run_dir / "plots" / "fedpac_head_mixing.png").exists()
@@ -110,9 +113,9 @@ def test_hyfem_objective_picture(tmp_path):
     data_args = {"num_classes": 4, "num_views": 3, "samples_per_class": 40, "latent_dim": 12, "view_latent_dim": 6}
     run = trainer(tmp_path, rounds=3, local_steps=4)
     run.fit(HyFEM(extractor_dims=[5], hidden_dim=6), HybridFederation("synthetic", table, data_args=data_args, seed=0))
-    dashboard = run.callbacks[0]
-    assert [r for r, _ in dashboard.objective_history] == [0, 1, 2]
-    assert all(torch.isfinite(torch.tensor(v)) for _, v in dashboard.objective_history)
+    (matching,) = [cb for cb in run.callbacks if isinstance(cb, ModelMatching)]
+    assert [r for r, _ in matching.objective_history] == [0, 1, 2]
+    assert all(torch.isfinite(torch.tensor(v)) for _, v in matching.objective_history)
     png(run.run_dir / "plots" / "hyfem_matching_objective.png")
 
 
@@ -120,3 +123,18 @@ def test_no_wandb_no_figures_without_the_callback(tmp_path, tiny_federation):
     run = trainer(tmp_path, callbacks=[])
     run.fit(FedAvg(hidden_dims=[8]), tiny_federation)
     assert not (run.run_dir / "plots").exists()
+
+
+class Pictured(FederatedCallback):
+    """A callback of no method the dashboard knows, offering one picture of the round it is asked about."""
+
+    def figures(self, trainer, round_idx):
+        figure = new_figure()
+        figure.add_subplot().set_title(f"round {round_idx + 1}")
+        return {"my_picture": figure}
+
+
+def test_the_dashboard_draws_what_any_callback_offers(tmp_path, tiny_federation):
+    run = trainer(tmp_path, callbacks=[FederationDashboard(), Pictured()])
+    run.fit(FedAvg(hidden_dims=[8]), tiny_federation)
+    png(run.run_dir / "plots" / "my_picture.png")

@@ -12,15 +12,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import torch
-from torch import Tensor
-
 from fedhet.callbacks import figures
 from fedhet.callbacks.base import FederatedCallback
-from fedhet.callbacks.feddadil import ATOM_NAMES, DictionaryAveraging
-from fedhet.callbacks.fedpac import HeadMixing
-from fedhet.callbacks.flic import AnchorUpdate
-from fedhet.callbacks.hyfem import ModelMatching
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -60,18 +53,17 @@ class FederationDashboard(FederatedCallback):
     After each evaluation: a table of the clients (client, samples, classes, every metric) and a histogram of their
     ``metric`` (W&B: ``<stage>/clients`` and ``<stage>/<metric>_histogram`` in the round's row; PNG:
     ``plots/<stage>_<metric>_clients.png``, the latest). After ``fit``: participation and bytes per round
-    (``plots/communication.png``); each method's picture (``plots/<name>.png`` and W&B ``figures/<name>``): FedPAC's
-    head-mixing weights as a heat map, FLIC's global anchors with clients' training samples embedded by their own
-    embeddings in 2-D, FedDaDiL's atoms in 2-D, HyFEM's matching objective per round; and, on W&B, ``last.ckpt`` as a
-    ``model`` artifact. ``figures_every`` also sends the method pictures to W&B every that many rounds.
+    (``plots/communication.png``); every picture the run's callbacks offer
+    (:meth:`~fedhet.callbacks.base.FederatedCallback.figures`, as ``plots/<name>.png`` and W&B ``figures/<name>``):
+    FedPAC's head-mixing weights as a heat map, FLIC's global anchors with clients' training samples embedded by
+    their own embeddings in 2-D, FedDaDiL's atoms in 2-D, HyFEM's matching objective per round; and, on W&B,
+    ``last.ckpt`` as a ``model`` artifact. ``figures_every`` also sends the pictures to W&B every that many rounds.
 
     Args:
         metric: the per-client metric of the histograms.
         plots: write the PNG files (needs matplotlib, ``pip install "fedhet[plot]"``).
         figures_every: send the method pictures to W&B every this many rounds too (0: after ``fit`` only).
         log_checkpoint: upload ``last.ckpt`` to W&B as an artifact after ``fit``.
-        max_clients: the FLIC picture embeds the training samples of at most this many clients...
-        samples_per_client: ...and at most this many samples of each.
 
     """
 
@@ -81,17 +73,11 @@ class FederationDashboard(FederatedCallback):
         plots: bool = True,
         figures_every: int = 0,
         log_checkpoint: bool = True,
-        max_clients: int = 10,
-        samples_per_client: int = 100,
     ) -> None:
-        self.max_clients = max_clients
-        self.samples_per_client = samples_per_client
         self.metric = metric
         self.plots = plots
         self.figures_every = figures_every
         self.log_checkpoint = log_checkpoint
-        self.objective_history: list[tuple[int, float]] = []
-        """``(round, value)`` of the server's matching objective in this ``fit`` (HyFEM)."""
         self._last_round = 0
 
     # ------------------------------------------------------------------ where things go
@@ -142,11 +128,8 @@ class FederationDashboard(FederatedCallback):
             self._save(trainer, figures.client_histogram(values, self.metric, title), f"{stage}_{self.metric}_clients")
 
     def on_round_end(self, trainer: Any, round_idx: int, metrics: dict[str, float]) -> None:
-        """Record the round's server objective (HyFEM); send the method pictures every ``figures_every`` rounds."""
+        """Send the callbacks' pictures every ``figures_every`` rounds."""
         self._last_round = round_idx
-        for callback in trainer.callbacks:
-            if isinstance(callback, ModelMatching) and callback.objective is not None:
-                self.objective_history.append((round_idx, callback.objective))
         if self.figures_every and (round_idx + 1) % self.figures_every == 0:
             self._send_figures(trainer, round_idx, save=False)
 
@@ -166,40 +149,14 @@ class FederationDashboard(FederatedCallback):
             artifact.add_file(str(last), name="last.ckpt")
             logger.experiment.log_artifact(artifact, aliases=["latest", f"round-{trainer.current_round}"])
 
-    # ------------------------------------------------------------------ method pictures
+    # ------------------------------------------------------------------ the callbacks' pictures
     def method_figures(self, trainer: Any, round_idx: int) -> dict[str, Figure]:
-        """Each method's picture from the run's server-side callbacks (none for methods without one)."""
+        """The pictures the run's callbacks offer (:meth:`~fedhet.callbacks.base.FederatedCallback.figures`)."""
         out: dict[str, Figure] = {}
         for callback in trainer.callbacks:
-            if isinstance(callback, HeadMixing) and callback.weights is not None:
-                out["fedpac_head_mixing"] = figures.head_mixing(callback.weights, callback.client_ids, round_idx)
-            elif isinstance(callback, AnchorUpdate) and callback.means is not None:
-                points, labels = self._embedded_samples(trainer)
-                out["flic_anchors"] = figures.anchors(callback.means, points, labels, round_idx)
-            elif isinstance(callback, DictionaryAveraging) and callback.dictionary:
-                features, labels = (callback.dictionary[name] for name in ATOM_NAMES)
-                out["feddadil_atoms"] = figures.atoms(features, labels, round_idx)
-            elif isinstance(callback, ModelMatching) and self.objective_history:
-                rounds, values = zip(*self.objective_history, strict=True)
-                out["hyfem_matching_objective"] = figures.objective(
-                    rounds, values, "matching objective", "HyFEM model-matching objective"
-                )
+            if isinstance(callback, FederatedCallback) and callback is not self:
+                out.update(callback.figures(trainer, round_idx))
         return out
-
-    def _embedded_samples(self, trainer: Any) -> tuple[Tensor, Tensor]:
-        """Training samples of up to ``max_clients`` of this process's clients, embedded by their own module."""
-        points, labels = [torch.zeros(0, 0)], [torch.zeros(0, dtype=torch.long)]
-        owned = [cid for cid in trainer.client_ids if trainer.owns(cid)][: self.max_clients]
-        for cid in owned:
-            module = trainer.client_module(cid)
-            if not hasattr(module, "embed_all"):
-                break
-            z, y = module.embed_all(trainer.datamodule.client(cid).train_dataloader())
-            keep = torch.randperm(len(y), generator=torch.Generator().manual_seed(0))[: self.samples_per_client]
-            points.append(z[keep].cpu())
-            labels.append(y[keep].cpu())
-        width = max(p.shape[1] for p in points)
-        return torch.cat([p.reshape(-1, width) for p in points]), torch.cat(labels)
 
     def _send_figures(self, trainer: Any, round_idx: int, save: bool) -> None:
         pictures = self.method_figures(trainer, round_idx)
@@ -215,7 +172,3 @@ class FederationDashboard(FederatedCallback):
                 figure.savefig(buffer, format="png", dpi=110)
                 buffer.seek(0)
                 self._send(trainer, {f"figures/{name}": wandb.Image(Image.open(buffer))}, round_idx)
-
-    def on_federation_start(self, trainer: Any, module: torch.nn.Module) -> None:
-        """Forget the pictures' inputs of an earlier ``fit``."""
-        self.objective_history = []

@@ -10,15 +10,19 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 from torch import Tensor
 
 from fedhet.callbacks.base import FederatedCallback
+from fedhet.callbacks.figures import new_figure, to_2d
 from fedhet.core import ClientUpdate, Federation, ServerAccess, ServerState, TensorSpec, UploadDeclaration
 from fedhet.core.seeding import derive_seed
 from fedhet.functional.aggregation import weighted_mean
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 Rule = Literal["avg", "weighted", "random"]
 
@@ -90,6 +94,13 @@ class DictionaryAveraging(FederatedCallback):
             {"dadil/version_spread": self.spread, "dadil/server_seconds": self.server_seconds}, step=round_idx
         )
 
+    def figures(self, trainer: Federation, round_idx: int) -> dict[str, Figure]:
+        """The global dictionary's atoms in 2-D (``feddadil_atoms``), once a round has combined them."""
+        if not self.dictionary:
+            return {}
+        features, labels = (self.dictionary[name] for name in ATOM_NAMES)
+        return {"feddadil_atoms": atoms_figure(features, labels, round_idx)}
+
     def state_dict(self) -> dict[str, Any]:
         """The latest global dictionary and its version spread."""
         return {"dictionary": dict(self.dictionary), "spread": self.spread}
@@ -98,3 +109,25 @@ class DictionaryAveraging(FederatedCallback):
         """Restore from :meth:`state_dict`."""
         self.dictionary = dict(state_dict.get("dictionary", {}))
         self.spread = float(state_dict.get("spread", 0.0))
+
+
+def atoms_figure(features: Tensor, labels: Tensor, round_idx: int) -> Figure:
+    """FedDaDiL's dictionary: each atom's support points in 2-D (one panel per atom), coloured by their label.
+
+    Args:
+        features: ``(K, n, d)`` atom supports.
+        labels: ``(K, n, c)`` soft labels (each point takes its most likely class).
+        round_idx: the round shown.
+
+    """
+    k, n, _ = features.shape
+    flat = to_2d(features.reshape(k * n, -1)).reshape(k, n, 2)
+    figure = new_figure(3.0 * k, 3.2)
+    panels = figure.subplots(1, k, sharex=True, sharey=True, squeeze=False)[0]
+    for atom, axes in enumerate(panels):
+        classes = labels[atom].argmax(-1).tolist()
+        axes.scatter(flat[atom, :, 0], flat[atom, :, 1], c=[f"C{c % 10}" for c in classes], s=8)
+        axes.set(title=f"atom {atom + 1}", xlabel="PC 1")
+    panels[0].set_ylabel("PC 2")
+    figure.suptitle(f"FedDaDiL atoms, round {round_idx + 1}")
+    return figure

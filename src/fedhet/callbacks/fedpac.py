@@ -17,15 +17,19 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
 
 from fedhet.callbacks.base import FederatedCallback
+from fedhet.callbacks.figures import new_figure
 from fedhet.core import ClientUpdate, Federation, ServerAccess, ServerState, TensorSpec, UploadDeclaration
 from fedhet.functional.centroids import aggregate_centroids
 from fedhet.functional.head_mixing import combination_weights, mix_heads
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 CENTROIDS = "fedpac/centroids"
 """Uploaded: the client's class centroids of its trained features, ``(K, d)``."""
@@ -175,6 +179,12 @@ class HeadMixing(FederatedCallback):
             step=round_idx,
         )
 
+    def figures(self, trainer: Federation, round_idx: int) -> dict[str, Figure]:
+        """The latest head-mixing weights as a heat map (``fedpac_head_mixing``), once a round has mixed heads."""
+        if self.weights is None:
+            return {}
+        return {"fedpac_head_mixing": head_mixing_figure(self.weights, self.client_ids, round_idx)}
+
     def state_dict(self) -> dict[str, Any]:
         """The latest weights, their clients and the recorded rounds."""
         return {"weights": self.weights, "client_ids": list(self.client_ids), "recorded": dict(self.recorded)}
@@ -184,3 +194,16 @@ class HeadMixing(FederatedCallback):
         self.weights = state_dict.get("weights")
         self.client_ids = list(state_dict.get("client_ids", []))
         self.recorded = dict(state_dict.get("recorded", {}))
+
+
+def head_mixing_figure(weights: Tensor, client_ids: Sequence[str], round_idx: int) -> Figure:
+    """FedPAC's head-mixing weights as a heat map: row ``i`` is the simplex weights client ``i`` gives each client."""
+    k = len(client_ids)
+    figure = new_figure(3.0 + 0.35 * k, 2.4 + 0.35 * k)
+    axes = figure.add_subplot()
+    image = axes.imshow(weights.detach().cpu().numpy(), cmap="viridis", vmin=0.0, vmax=1.0)
+    axes.set_xticks(range(k), list(client_ids), rotation=90, fontsize=7)
+    axes.set_yticks(range(k), list(client_ids), fontsize=7)
+    axes.set(xlabel="head of client j", ylabel="client i", title=f"FedPAC head mixing, round {round_idx + 1}")
+    figure.colorbar(image, ax=axes, label="weight")
+    return figure

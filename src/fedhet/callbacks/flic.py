@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 from torch import Tensor, nn
 
 from fedhet.callbacks.base import FederatedCallback
+from fedhet.callbacks.figures import new_figure, to_2d
 from fedhet.core import (
     ClientUpdate,
     Federation,
@@ -26,6 +27,9 @@ from fedhet.core import (
     UploadDeclaration,
 )
 from fedhet.functional.gaussian import gaussian_barycenter
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 ANCHOR_MEANS = "flic/anchor_means"
 """Uploaded: the client's anchor means :math:`v_c`, ``(C, k)``."""
@@ -93,6 +97,9 @@ class AnchorUpdate(FederatedCallback):
         weighting: :math:`\omega_i`: ``"uniform"`` (the paper) or ``"samples"`` (proportional to training samples).
         holders_only: average each class over the participants holding it.
         covariance_aggregation: ``"bures"`` or ``"cholesky_mean"`` (see above).
+        picture_clients: the anchors' picture (:meth:`figures`) embeds the training samples of at most this many
+            clients...
+        picture_samples: ...and at most this many samples of each.
 
     """
 
@@ -103,6 +110,8 @@ class AnchorUpdate(FederatedCallback):
         weighting: Literal["uniform", "samples"] = "uniform",
         holders_only: bool = False,
         covariance_aggregation: Literal["bures", "cholesky_mean"] = "bures",
+        picture_clients: int = 10,
+        picture_samples: int = 100,
     ) -> None:
         if weighting not in ("uniform", "samples"):
             raise ValueError(f"AnchorUpdate: field 'weighting' must be 'uniform' or 'samples', got {weighting!r}")
@@ -114,6 +123,8 @@ class AnchorUpdate(FederatedCallback):
         self.weighting = weighting
         self.holders_only = holders_only
         self.covariance_aggregation = covariance_aggregation
+        self.picture_clients = picture_clients
+        self.picture_samples = picture_samples
         self.means: Tensor | None = None
         self.factors: Tensor | None = None
         self.drift = 0.0
@@ -161,6 +172,13 @@ class AnchorUpdate(FederatedCallback):
             server_state.statistics[GLOBAL_FACTORS] = factors
         trainer.log_dict({"flic/anchor_drift": self.drift, "flic/server_seconds": self.seconds}, step=round_idx)
 
+    def figures(self, trainer: Federation, round_idx: int) -> dict[str, Figure]:
+        """The global anchors with clients' embedded training samples in 2-D (``flic_anchors``), once averaged."""
+        if self.means is None:
+            return {}
+        points, labels = embedded_samples(trainer, self.picture_clients, self.picture_samples)
+        return {"flic_anchors": anchors_figure(self.means, points, labels, round_idx)}
+
     def state_dict(self) -> dict[str, Any]:
         """The latest global anchors."""
         return {"means": self.means, "factors": self.factors, "drift": self.drift}
@@ -170,3 +188,48 @@ class AnchorUpdate(FederatedCallback):
         self.means = state_dict.get("means")
         self.factors = state_dict.get("factors")
         self.drift = float(state_dict.get("drift", 0.0))
+
+
+def embedded_samples(trainer: Federation, max_clients: int, samples_per_client: int) -> tuple[Tensor, Tensor]:
+    """Training samples of up to ``max_clients`` of this process's clients, embedded by their own module.
+
+    Returns:
+        the embeddings ``(N, k)`` (at most ``samples_per_client`` of each client, a seeded choice) and their labels
+        ``(N,)``; none when the run's module has no ``embed_all``.
+
+    """
+    points, labels = [torch.zeros(0, 0)], [torch.zeros(0, dtype=torch.long)]
+    owned = [cid for cid in trainer.client_ids if trainer.owns(cid)][:max_clients]
+    for cid in owned:
+        embed_all = getattr(trainer.client_module(cid), "embed_all", None)
+        if embed_all is None:
+            break
+        z, y = embed_all(trainer.datamodule.client(cid).train_dataloader())
+        keep = torch.randperm(len(y), generator=torch.Generator().manual_seed(0))[:samples_per_client]
+        points.append(z[keep].cpu())
+        labels.append(y[keep].cpu())
+    width = max(p.shape[1] for p in points)
+    return torch.cat([p.reshape(-1, width) for p in points]), torch.cat(labels)
+
+
+def anchors_figure(global_means: Tensor, points: Tensor, labels: Tensor, round_idx: int) -> Figure:
+    """FLIC's global class anchors (stars) and clients' embedded training samples (dots) in 2-D, coloured by class.
+
+    Args:
+        global_means: ``(C, d)`` anchor means in the shared space.
+        points: ``(N, d)`` clients' samples embedded in the shared space by their own embedding.
+        labels: ``(N,)`` the samples' classes.
+        round_idx: the round shown.
+
+    """
+    num_classes = global_means.shape[0]
+    flat = to_2d(torch.cat([global_means.detach().double().cpu(), points.detach().double().cpu()]))
+    figure = new_figure()
+    axes = figure.add_subplot()
+    axes.scatter(flat[num_classes:, 0], flat[num_classes:, 1], c=[f"C{int(c) % 10}" for c in labels], s=6,
+                 alpha=0.4, label="embedded samples")  # fmt: skip
+    axes.scatter(flat[:num_classes, 0], flat[:num_classes, 1], c=[f"C{c % 10}" for c in range(num_classes)], s=260,
+                 marker="*", edgecolors="black", label="global anchors")  # fmt: skip
+    axes.set(xlabel="PC 1", ylabel="PC 2", title=f"FLIC anchors and embedded classes, round {round_idx + 1}")
+    axes.legend(loc="best", fontsize=8)
+    return figure

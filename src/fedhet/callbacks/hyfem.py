@@ -11,17 +11,21 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from fedhet.callbacks.base import FederatedCallback
+from fedhet.callbacks.figures import objective
 from fedhet.core import ClientUpdate, Federation, GlobalData, ServerAccess, ServerState, TensorSpec, UploadDeclaration
 from fedhet.core.seeding import derive_seed, seeded
 from fedhet.functional.aggregation import weighted_mean
 from fedhet.functional.matching import Classifier, CostMode, matching_objective, model_matching, project_classifier
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 STAT_PREFIX = "hyfem/"
 """Prefix of the uploaded statistics: ``hyfem/<parameter name>`` for every parameter of the client model."""
@@ -126,6 +130,8 @@ class ModelMatching(FederatedCallback):
         self.perms: dict[str, Tensor] = {}
         self.matching_seconds = 0.0
         self.objective: float | None = None  # the matching objective after the latest round
+        self.objective_history: list[tuple[int, float]] = []
+        """``(round, value)`` of the matching objective in this ``fit``."""
         self._cols: dict[str, Tensor] = {}
         self._blocks: dict[str, list[str]] = {}
         self._pending: dict[str, Any] | None = None
@@ -184,6 +190,7 @@ class ModelMatching(FederatedCallback):
     # ---------------------------------------------------------------- hooks
     def on_federation_start(self, trainer: Federation, module: Any) -> None:
         """Initialise the server model and send the clients their first anchors (not after a resume)."""
+        self.objective_history = []
         if self._ensure_server(trainer):
             self._publish(trainer.server_state)
 
@@ -222,6 +229,7 @@ class ModelMatching(FederatedCallback):
         self._server.load_state_dict({**extractors, **dict(zip(CLASSIFIER, classifier, strict=True))}, strict=False)
         self._publish(server_state)
         self.objective = matching_objective(clients, cols, perms, weights, classifier)
+        self.objective_history.append((round_idx, self.objective))
         trainer.log_dict(
             {
                 "hyfem/matching_seconds": self.matching_seconds,
@@ -248,6 +256,14 @@ class ModelMatching(FederatedCallback):
             count += len(y)
         metrics[f"{stage}/global_acc"] = correct / count
         metrics[f"{stage}/global_loss"] = loss / count
+
+    def figures(self, trainer: Federation, round_idx: int) -> dict[str, Figure]:
+        """The matching objective of each round of this ``fit`` (``hyfem_matching_objective``)."""
+        if not self.objective_history:
+            return {}
+        rounds, values = zip(*self.objective_history, strict=True)
+        title = "HyFEM model-matching objective"
+        return {"hyfem_matching_objective": objective(rounds, values, "matching objective", title)}
 
     # ---------------------------------------------------------------- checkpoint
     def state_dict(self) -> dict[str, Any]:

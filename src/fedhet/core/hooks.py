@@ -63,6 +63,9 @@ class Federation(Protocol):
     def owns(self, client_id: str) -> bool:
         """Whether this process trains and keeps the state of ``client_id``."""
 
+    def client_module(self, client_id: str) -> nn.Module:
+        """A module holding ``client_id``'s trained model (a client this process owns), on the CPU, in eval mode."""
+
 
 @dataclass(frozen=True, init=False)
 class ServerAccess:
