@@ -19,6 +19,7 @@ if TYPE_CHECKING:
         VowelFederation,
     )
     from fedhet.datamodules.digits import DigitsFederation
+    from fedhet.datamodules.domain_data import DomainFederation
     from fedhet.datamodules.domains import DigitsDomains, DigitsTransformDomains, RotatedBlobsDomains
     from fedhet.datamodules.federated import FederatedDataModule
     from fedhet.datamodules.hybrid import HybridFederation
@@ -36,6 +37,7 @@ __all__ = [
     "DigitsFamilyFederation",
     "DigitsFederation",
     "DigitsTransformDomains",
+    "DomainFederation",
     "FederatedDataModule",
     "HeartFederation",
     "HybridFederation",

@@ -17,6 +17,27 @@ _Federation = TypeVar("_Federation", bound="FederatedDataModule")
 _MAX_IDS_SHOWN = 10
 
 
+def _build_error(federation: FederatedDataModule, err: AttributeError) -> TypeError:
+    """The error of ``build_clients`` failing on an attribute, naming a hyperparameter the subclass does not take.
+
+    ``save_hyperparameters()`` (and, under ``fedhet fit``, the CLI) records the arguments of the class that was built,
+    so a subclass whose ``__init__`` does not take an argument that its base class's ``build_clients`` reads from
+    ``self.hparams`` fails there, on a missing attribute.
+    """
+    cls = type(federation).__name__
+    key = err.__cause__.args[0] if isinstance(err.__cause__, KeyError) and err.__cause__.args else None
+    if isinstance(key, str) and key not in federation.hparams:
+        base = next(
+            (klass.__name__ for klass in type(federation).__mro__ if "build_clients" in vars(klass)),
+            "FederatedDataModule",
+        )
+        return TypeError(
+            f"{cls}: argument {key!r} is missing: {base}.build_clients reads the hyperparameter {key!r}, but"
+            f" {cls}.__init__ does not take it, so it was not recorded; add {key!r} to the arguments of {cls}.__init__"
+        )
+    return TypeError(f"{cls}.build_clients failed: {err}")
+
+
 class FederatedDataModule(LightningDataModule):
     """The clients of a federation, each a :class:`~fedhet.datamodules.ClientDataModule` with its own data.
 
@@ -201,7 +222,10 @@ class FederatedDataModule(LightningDataModule):
 
     def _build_and_check(self, stage: str | None) -> dict[str, ClientDataModule]:
         """Build the clients, check that they form one federation and set each one up."""
-        clients = self._given_clients if self._given_clients is not None else self.build_clients()
+        try:
+            clients = self._given_clients if self._given_clients is not None else self.build_clients()
+        except AttributeError as err:  # re-raised as another type: `hasattr(federation, "client_ids")` would hide it
+            raise _build_error(self, err) from err
         if not clients:
             raise ValueError(f"{type(self).__name__} has no clients; a federation needs at least one")
         duplicates = [client_id for client_id, count in Counter(c.client_id for c in clients).items() if count > 1]

@@ -10,6 +10,7 @@ to its blocks; the server model is evaluated on the held-out samples with every 
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Mapping, Sequence
+from pathlib import Path
 from typing import Any, Protocol, cast
 
 import numpy as np
@@ -17,8 +18,10 @@ import torch
 from torch import Tensor
 
 from fedhet.datamodules.client import ClientDataModule, held_out_splits
+from fedhet.datamodules.csv_client import read_labelled_csv
 from fedhet.datamodules.datasets._common import fit_standardizer
 from fedhet.datamodules.federated import FederatedDataModule
+from fedhet.datamodules.loaders import resolve_loader
 from fedhet.datamodules.tensor_dataset import TensorBatchLoader, TensorPairDataset
 from fedhet.functional.partition import grid_blocks, hybrid_partition, split_indices
 
@@ -104,19 +107,56 @@ def synthetic_views(
     return torch.cat(views, dim=1), y, columns
 
 
+def csv_blocks(
+    path: str, blocks: Mapping[str, Sequence[str]], label_column: str = "label", num_classes: int | None = None
+) -> BlockData:
+    """Your own pooled samples from one CSV file, its columns grouped into named feature blocks.
+
+    Args:
+        path: the file: a header row, then one sample per row; numeric features and an integer label column.
+        blocks: each block's columns, by block name, e.g. ``{"lab": ["age", "bp"], "imaging": ["v1", "v2"]}``; a
+            column in no block is not used.
+        label_column: the column of class labels.
+        num_classes: size of the label space (labels in ``[0, num_classes)``); by default the labels present, which
+            must then be ``0..K-1``.
+
+    Returns:
+        the features ``(N, F)``, labels ``(N,)`` and each block's columns (indices into the features).
+
+    Raises:
+        ValueError: naming the file (and row and column) for a bad cell or label
+            (:func:`~fedhet.datamodules.csv_client.read_labelled_csv`), and naming the block for a column the file
+            lacks or that another block holds too.
+
+    """
+    x, y, names = read_labelled_csv(path, label_column, num_classes)
+    position = {name: j for j, name in enumerate(names)}
+    owner: dict[str, str] = {}
+    columns = {}
+    for block, block_columns in blocks.items():
+        for name in block_columns:
+            if name not in position:
+                raise ValueError(f"{Path(path).name}: block {block!r} names column {name!r}, which the file lacks")
+            if name in owner:
+                raise ValueError(f"{Path(path).name}: column {name!r} is in blocks {owner[name]!r} and {block!r}")
+            owner[name] = block
+        columns[str(block)] = np.array([position[name] for name in block_columns], dtype=np.int64)
+    return x, y, columns
+
+
 DATASETS: dict[str, Callable[..., BlockData]] = {
+    "csv": csv_blocks,
     "digits": digits_quadrants,
     "mfeat": mfeat_views,
     "satellite": satellite_bands,
     "synthetic": synthetic_views,
 }
-"""Multi-block datasets known by name to :class:`HybridFederation`."""
+"""Multi-block datasets known by name to :class:`HybridFederation` (``"csv"``: your own file, :func:`csv_blocks`)."""
 
 
 class _HybridConfig(Protocol):
     """The arguments :class:`HybridFederation` keeps in ``self.hparams`` (read by attribute)."""
 
-    data: str
     data_args: dict[str, Any] | None
     val_fraction: float
     test_fraction: float
@@ -127,19 +167,44 @@ class _HybridConfig(Protocol):
     seed: int
 
 
+def _check_block_data(x: Any, y: Any, blocks: Any) -> BlockData:
+    """The loaded ``(x, y, blocks)`` as tensors and column arrays, refused naming ``data`` when they do not fit."""
+    x, y = torch.as_tensor(x).flatten(1).float(), torch.as_tensor(y)
+    if y.ndim != 1 or len(y) != len(x) or len(y) == 0 or y.is_floating_point() or bool((y < 0).any()):
+        raise ValueError(
+            f"HybridFederation: `data` must give x of shape (N, F) and y of N integer labels >= 0; got x of shape"
+            f" {tuple(x.shape)} and y of shape {tuple(y.shape)} and dtype {y.dtype}"
+        )
+    if not isinstance(blocks, Mapping) or not blocks:
+        raise ValueError(f"HybridFederation: `data` must give a mapping of block names to columns; got {type(blocks)}")
+    columns = {str(name): np.asarray(cols, dtype=np.int64).reshape(-1) for name, cols in blocks.items()}
+    for name, cols in columns.items():
+        if len(cols) == 0 or cols.min() < 0 or cols.max() >= x.shape[1]:
+            raise ValueError(
+                f"HybridFederation: block {name!r} must name columns in [0, {x.shape[1]}); got {cols.tolist()}"
+            )
+    return x, y.long(), columns
+
+
 class HybridFederation(FederatedDataModule):
     """Clients that hold different feature blocks of different classes, evaluated on every class (HyFEM).
 
     The pooled data (``data``: ``"digits"`` quadrants, ``"mfeat"`` views, ``"satellite"`` bands or ``"synthetic"``
-    views, with ``data_args``) are split per class into train, validation and test parts. ``assignment`` gives each
-    client its blocks and classes; it holds the training samples of its classes restricted to its blocks (clients with
-    the same block set split a shared class, see :func:`~fedhet.functional.hybrid_partition`), and its validation and
-    test sets are **all** held-out samples restricted to its blocks. :meth:`global_dataloader` gives the held-out
-    samples with every held block, for the server model; :attr:`block_widths` is the block table in the data's order.
+    views, or your own: ``"csv"``, a CSV file whose columns ``data_args`` groups into blocks (:func:`csv_blocks`), an
+    import path ``"package.module:function"`` of a loader returning ``(x, y, {block: columns})``, a callable, or that
+    triple itself; loaders get ``data_args``) are split per class into train, validation and test parts.
+    ``assignment`` gives each client its blocks and classes; it holds the training samples of its classes restricted
+    to its blocks (clients with the same block set split a shared class, see
+    :func:`~fedhet.functional.hybrid_partition`), and its validation and test sets are **all** held-out samples
+    restricted to its blocks. :meth:`global_dataloader` gives the held-out samples with every held block, for the
+    server model; :attr:`block_widths` is the block table in the data's order.
     With ``standardize`` every column is standardised with the pooled training part's statistics.
 
     Args:
-        data: ``"digits"``, ``"mfeat"``, ``"satellite"`` or ``"synthetic"``.
+        data: a name of :data:`DATASETS` (``"csv"``, ``"digits"``, ``"mfeat"``, ``"satellite"``, ``"synthetic"``),
+            an import path of a loader, a loader, or ``(x, y, blocks)``: ``x`` of shape ``(N, F)`` (or ``(N, *shape)``,
+            flattened), integer ``y`` of shape ``(N,)`` and ``blocks`` mapping each block name to its columns of the
+            flattened ``x``.
         assignment: ``{client: {"blocks": [...], "classes": [...]}}``.
         data_args: keyword arguments of the loader (e.g. :func:`synthetic_views`' sizes).
         val_fraction: share of every class held out for validation.
@@ -160,7 +225,7 @@ class HybridFederation(FederatedDataModule):
 
     def __init__(
         self,
-        data: str = "digits",
+        data: str | Callable[..., BlockData] | BlockData = "digits",
         assignment: dict[str, dict[str, list[Any]]] | None = None,
         data_args: dict[str, Any] | None = None,
         val_fraction: float = 0.2,
@@ -172,8 +237,11 @@ class HybridFederation(FederatedDataModule):
         seed: int = 0,
     ) -> None:
         super().__init__()
-        if data not in DATASETS:
-            raise ValueError(f"HybridFederation: field 'data' must be one of {sorted(DATASETS)}, got {data!r}")
+        self._loader = resolve_loader(data, DATASETS, "HybridFederation")
+        if self._loader is None and not (isinstance(data, Sequence) and len(data) == 3):
+            raise ValueError(
+                f"HybridFederation: `data` must be a name, an import path, a loader or (x, y, blocks); got {type(data)}"
+            )
         if not assignment:
             raise ValueError("HybridFederation: field 'assignment' must give at least one client")
         if val_fraction < 0 or test_fraction <= 0 or val_fraction + test_fraction >= 1:
@@ -181,7 +249,8 @@ class HybridFederation(FederatedDataModule):
                 f"HybridFederation: fields 'val_fraction' ({val_fraction}) and 'test_fraction' ({test_fraction}) must"
                 " be >= 0 and > 0 and leave training samples"
             )
-        self.save_hyperparameters()
+        self.save_hyperparameters(ignore=[] if isinstance(data, str) else ["data"])
+        self._given = None if self._loader is not None else cast("BlockData", tuple(cast("Sequence[Any]", data)))
         self.assignment = {client: dict(row) for client, row in assignment.items()}
         self._global: dict[str, TensorPairDataset] = {}
         self._block_widths: dict[str, int] = {}
@@ -202,8 +271,8 @@ class HybridFederation(FederatedDataModule):
     def build_clients(self) -> list[ClientDataModule]:
         """Split the pooled data, share the training part by the table, give everyone the held-out parts."""
         config = cast(_HybridConfig, self.hparams)
-        x, y, blocks = DATASETS[config.data](**(config.data_args or {}))
-        x = x.flatten(1).float()
+        loaded = self._loader(**(config.data_args or {})) if self._loader is not None else self._given
+        x, y, blocks = _check_block_data(*cast("BlockData", loaded))
         labels = y.numpy()
         parts: list[list[np.ndarray]] = [[], [], []]
         fractions = (1.0 - config.val_fraction - config.test_fraction, config.val_fraction, config.test_fraction)

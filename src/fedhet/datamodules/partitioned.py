@@ -8,7 +8,6 @@ splits its samples.
 
 from __future__ import annotations
 
-import importlib
 import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, cast
@@ -19,6 +18,7 @@ from torch import Tensor
 
 from fedhet.datamodules.client import ClientDataModule
 from fedhet.datamodules.federated import FederatedDataModule
+from fedhet.datamodules.loaders import resolve_loader
 from fedhet.functional.feature_spaces import add_noise_features, prune_features, random_linear_map, resample_images
 from fedhet.functional.partition import (
     HybridPartition,
@@ -397,20 +397,10 @@ class PartitionedFederation(FederatedDataModule):
 def _resolve_data(data: str | Callable[..., Pooled] | Pooled) -> tuple[Callable[..., Pooled] | None, Pooled]:
     """Turn ``data`` into a loader, or keep the given tensors; a bad name or path raises naming ``data``."""
     unloaded = (torch.empty(0, 1), torch.empty(0, dtype=torch.int64))
-    if isinstance(data, str):
-        if data in DATASETS:
-            return DATASETS[data], unloaded
-        module_name, _, attribute = data.rpartition(":") if ":" in data else data.rpartition(".")
-        if not module_name:
-            raise ValueError(f"`data` {data!r} is neither a known dataset {sorted(DATASETS)} nor 'module:function'")
-        try:
-            loader = getattr(importlib.import_module(module_name), attribute)
-        except (ImportError, AttributeError) as error:
-            raise ValueError(f"`data` {data!r} could not be imported: {error}") from error
+    loader = resolve_loader(data, DATASETS, "PartitionedFederation")
+    if loader is not None:
         return loader, unloaded
-    if callable(data):
-        return data, unloaded
-    pair: Pooled = data  # named, as mypy would bring `str` back into the type of `data` at the checks below
+    pair: Pooled = cast("Pooled", data)  # named, as mypy would bring `str` back into the type of `data` below
     if isinstance(pair, Sequence) and len(pair) == 2:
         return None, (pair[0], pair[1])
     raise ValueError(f"`data` must be a dataset name, an import path, a loader or an (x, y) pair; got {type(data)}")
