@@ -1,7 +1,8 @@
 """``fedhet compare -c suite.yaml``: tune, run every (federation, method, seed), and write the suite's results.
 
-Runs go ``workers`` at a time, each a ``fedhet fit`` and a ``fedhet test`` in one subprocess
-(:func:`~fedhet.experiments.runs.execute`); a run whose ``result.json`` came from its current inputs is skipped, so a
+Runs go ``workers`` at a time, each a ``fedhet fit`` and a ``fedhet test`` in one new child of the warm run processes
+(:func:`~fedhet.experiments.runs.execute`, :mod:`~fedhet.experiments.warm`: torch, Lightning and fedhet are imported
+once per suite, not once per run); a run whose ``result.json`` came from its current inputs is skipped, so a
 suite stopped half-way goes on where it stopped, a stopped run from its last checkpoint. ``--seeds`` and ``--methods``
 run part of a suite (a long suite in parts); a table written before every run has finished says which runs it covers.
 Before anything runs, the command line of every method with work left is parsed as ``fedhet fit`` parses it

@@ -1,4 +1,4 @@
-"""One run of a suite: ``fedhet fit`` then ``fedhet test`` in one subprocess, and its ``result.json``.
+"""One run of a suite: ``fedhet fit`` then ``fedhet test`` in one warm child process, and its ``result.json``.
 
 A run is one (federation, method, seed). Its folder ``<output>/runs/<federation>/<method>/seed<s>`` is the trainer's
 ``default_root_dir``: the fit writes ``version_N`` (``config.yaml``, ``metrics.csv``, ``checkpoints/last.ckpt``) and
@@ -11,8 +11,9 @@ config files, overrides, seed and tags); one left by other inputs (a config edit
 aside to ``<folder>.stale<k>``, so that neither its result nor its checkpoint is taken for the new run's. A run
 is claimed by a lock beside its folder while it runs (:func:`execute`), so processes sharing a suite's output never
 run one run twice at once. Both
-commands run in one interpreter (:mod:`~fedhet.experiments.fit_test`), which pays the start-up of Python, torch and
-Lightning once per run, each with its own log (``fit.log``, ``test.log``).
+commands run in one process (:mod:`~fedhet.experiments.fit_test`), each with its own log (``fit.log``, ``test.log``):
+a new child of the warm run processes (:mod:`~fedhet.experiments.warm`), which imported torch, Lightning and fedhet
+once for the whole suite, with the numbers of the same commands in a fresh process (:func:`run_command`).
 
 The seed is the trainer's (``--trainer.seed``: model initialisation, client sampling, batches); the federation's own
 data seed is left as its config gives it, so every seed and every method see the same clients and splits, and the
@@ -25,8 +26,6 @@ import functools
 import hashlib
 import json
 import logging
-import os
-import subprocess
 import sys
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -65,7 +64,7 @@ class RunHeldError(RuntimeError):
 
 @dataclass(frozen=True)
 class RunSpec:
-    """What one subprocess run needs (picklable).
+    """What one run needs (picklable).
 
     Attributes:
         federation: the federation's name in the suite.
@@ -127,46 +126,51 @@ def arguments(spec: RunSpec, subcommand: str) -> list[str]:
     return args
 
 
+def plan(spec: RunSpec) -> str:
+    """The JSON plan of :mod:`~fedhet.experiments.fit_test` for ``spec``: its fit, and its test if ``spec.test``."""
+    return json.dumps(
+        {
+            "fit": arguments(spec, "fit"),
+            "test": arguments(spec, "test") if spec.test else None,
+            "test_log": str(spec.folder / "test.log"),
+        }
+    )
+
+
 def run_command(spec: RunSpec) -> list[str]:
-    """The one command line of a run: its fit and, unless ``spec.test`` is false, its test in one process."""
-    plan = {
-        "fit": arguments(spec, "fit"),
-        "test": arguments(spec, "test") if spec.test else None,
-        "test_log": str(spec.folder / "test.log"),
-    }
-    return [sys.executable, "-m", "fedhet.experiments.fit_test", json.dumps(plan)]
+    """The one command line that runs ``spec`` in a fresh process, as :func:`execute` runs it in a warm child."""
+    return [sys.executable, "-m", "fedhet.experiments.fit_test", plan(spec)]
 
 
 def _run(spec: RunSpec) -> float:
     """Run ``spec``'s fit and test, their output to ``fit.log`` and ``test.log``; return their CPU seconds.
 
-    The CPU seconds are user + system time of the process and its own children.
+    Both run in one new child of the warm run processes (:func:`fedhet.experiments.warm.call`), as
+    :func:`run_command` would run them in a fresh process. The CPU seconds are user + system time of that child and
+    its own children.
 
     Raises:
         RunDivergedError: when the fit diverged (exit status 3), with the message below.
         RuntimeError: naming the command that failed (``fedhet fit`` or ``fedhet test``), the run folder and the log.
 
     """
-    env = dict(os.environ)
-    env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(spec.threads)
-    if spec.group is not None:
-        env["WANDB_RUN_GROUP"] = spec.group
+    from fedhet.experiments import fit_test, warm
+
+    env = {} if spec.group is None else {"WANDB_RUN_GROUP": spec.group}
     fit_log, test_log = spec.folder / "fit.log", spec.folder / "test.log"
     test_log.unlink(missing_ok=True)  # written once the test starts: it names the failing command
-    with fit_log.open("w") as out:
-        proc = subprocess.Popen(run_command(spec), stdout=out, stderr=subprocess.STDOUT, env=env)
-        _, status, usage = os.wait4(proc.pid, 0)
-        proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode != 0:
+    try:
+        _, cpu = warm.call(fit_test.main, [plan(spec)], log=fit_log, threads=spec.threads, env=env)
+    except warm.ChildExitError as ended:
         from fedhet.plugins.uploads.policies import DIVERGED_EXIT_STATUS
 
         subcommand, log = ("test", test_log) if test_log.is_file() else ("fit", fit_log)
-        tail = log.read_text().strip().splitlines()[-3:]
+        tail = log.read_text().strip().splitlines()[-3:] or [f"exit status {ended.status}"]
         message = f"fedhet {subcommand} failed in '{spec.folder}' ({' | '.join(tail)}); log: {log}"
-        if subcommand == "fit" and proc.returncode == DIVERGED_EXIT_STATUS:
-            raise RunDivergedError(message)
-        raise RuntimeError(message)
-    return float(usage.ru_utime + usage.ru_stime)
+        if subcommand == "fit" and ended.status == DIVERGED_EXIT_STATUS:
+            raise RunDivergedError(message) from None
+        raise RuntimeError(message) from None
+    return cpu
 
 
 def summarise(fit_rows: Sequence[Mapping[str, float]], test_rows: Sequence[Mapping[str, float]]) -> dict[str, Any]:
