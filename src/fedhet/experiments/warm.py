@@ -8,8 +8,8 @@ The child starts from the server's pristine state, never from another run's: it 
 number of threads, sends its output to its own log, builds everything from its own config and seeds every draw
 itself, so its numbers are those of the same command in a fresh process (``tests/experiments/test_warm.py``).
 
-The server runs no computation, so no OpenMP thread pool exists when it forks; a child sets its threads
-(``torch.set_num_threads``, as ``OMP_NUM_THREADS`` sets them in a fresh process) before any work. Kills: a killed
+The server runs no computation, so no OpenMP thread pool exists when it forks; a child pins its threads (as its
+run's ``trainer.processes.threads`` does again) before any work. Kills: a killed
 child ends with its signal as exit status and only its run is lost (it resumes from its checkpoint); a child kills
 itself when the process that asked for it ends (a pipe that process holds open reaches its end), and the server ends
 once that process and its children have, so a killed ``fedhet compare`` leaves no run writing behind it and loses
@@ -128,9 +128,9 @@ def _child(
     _die_with_parent(parent_alive)
     os.environ.update(env)
     if threads is not None:
-        import torch
+        from fedhet.plugins.processes.threads import pin_threads
 
-        torch.set_num_threads(threads)
+        pin_threads(threads)
     if log is not None:
         _redirect(log)
     value = function(*args)  # a SystemExit or an exception ends the child with its status, sending nothing
@@ -150,8 +150,8 @@ def call(
         function: a module-level function (the child imports it by name); its arguments and value are pickled.
         *args: its arguments.
         log: the file the child's standard output and error go to (``None``: the server's).
-        threads: the child's torch threads (``OMP_NUM_THREADS`` and ``MKL_NUM_THREADS`` are set too; ``None``: the
-            default of a fresh process).
+        threads: the child's compute threads (:func:`~fedhet.plugins.processes.threads.pin_threads`; its
+            ``OMP_NUM_THREADS`` and ``MKL_NUM_THREADS`` too; ``None``: the default of a fresh process).
         env: environment variables the child sets before anything runs.
 
     Raises:
