@@ -59,3 +59,22 @@ def test_the_dashboard_and_its_figures_import_no_method():
         imported |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
         assert not {m for m in imported if m and m.startswith("fedhet.modules")}, name
         assert not imported & methods, f"{name} imports {sorted(imported & methods)}"
+
+
+def test_the_trainer_asks_its_policies_and_inspects_none():
+    """No isinstance on a runner, sampler, server update, aggregator or privacy class in the round loop."""
+    import ast
+    from pathlib import Path
+
+    import fedhet.plugins
+    import fedhet.plugins.rounds.trainer
+
+    policies = {name for name in fedhet.plugins.__all__ if name != "FederatedTrainer"}
+    tree = ast.parse(Path(fedhet.plugins.rounds.trainer.__file__).read_text())
+    inspected = [
+        ast.unparse(node)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "isinstance"
+        if {n.id for n in ast.walk(node.args[1]) if isinstance(n, ast.Name)} & policies
+    ]
+    assert inspected == []

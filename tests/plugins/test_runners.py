@@ -2,6 +2,7 @@
 
 import copy
 
+import pytest
 import torch
 
 from fedhet.core import ClientState, RoundUploads, num_bytes
@@ -60,3 +61,25 @@ def test_clients_trained_elsewhere_give_the_in_process_federation(tmp_path, tiny
     for mine, theirs in zip(server.history, here.history, strict=True):
         for key in ("train/loss_mean", "val/acc_mean", "comm/bytes_up", "comm/bytes_down"):
             assert mine[key] == theirs[key], key
+
+
+def test_fit_asks_the_runner_to_check_the_federation_before_any_round(tmp_path, tiny_federation):
+    """The trainer calls its runner's check (the stacked runner refuses modules that cannot stack there)."""
+    from fedhet.modules import FedAvg
+    from fedhet.plugins import SequentialRunner
+
+    class Refusing(SequentialRunner):
+        def check(self, context):
+            raise ValueError(f"cannot train {len(context.architectures())} architecture(s)")
+
+    run = FederatedTrainer(
+        rounds=2,
+        processes=Processes(accelerator="cpu"),
+        reporting=Reporting(progress_bar=False),
+        logger=False,
+        default_root_dir=str(tmp_path),
+        runner=Refusing(),
+    )
+    with pytest.raises(ValueError, match="cannot train 1 architecture"):
+        run.fit(FedAvg(hidden_dims=[4]), tiny_federation)
+    assert run.history == []

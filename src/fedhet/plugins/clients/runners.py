@@ -43,6 +43,9 @@ class ClientRunner(ABC):
     #: client's declaration then also refuses training metrics the method does not log
     remote_uploads: bool = False
 
+    def check(self, context: ClientContext) -> None:  # noqa: B027 - optional hook
+        """Refuse, before any training, a federation this runner cannot train (naming why); any by default."""
+
     @abstractmethod
     def run(self, context: ClientContext, client_ids: Sequence[str], round_idx: int) -> RoundUploads:
         """Train ``client_ids`` (this process's clients of the round).

@@ -320,6 +320,10 @@ class StackedRunner(LocalRunner):
         self.size = size
         self._stacks: dict[Hashable, list[_Ready]] = {}
 
+    def check(self, context: ClientContext) -> None:
+        """Refuse a run whose clients cannot train in stacks (:func:`check_stacking`, one module per architecture)."""
+        check_stacking(context.fabric, [context.slot(cid).module for cid in context.architectures()])
+
     def submit(self, context: ClientContext, job: ClientJob, uploads: RoundUploads) -> None:
         """Draw the client's batches and add it to its stack; train the stack when it is full."""
         module = job.slot.module

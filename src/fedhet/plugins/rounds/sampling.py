@@ -12,7 +12,14 @@ from fedhet.core.seeding import derive_seed
 
 
 class ClientSampler(ABC):
-    """Chooses the clients of each round from ``(seed, round)`` alone, so that runs resume and shard exactly."""
+    """Chooses the clients of each round from ``(seed, round)`` alone, so that runs resume and shard exactly.
+
+    A sampler may also hold clients out of training (:meth:`held_out`), to be scored as new clients after it, each
+    adapting for ``adapt_epochs`` epochs first (:class:`NewClients`); by default it holds none out.
+    """
+
+    #: local epochs of each adaptation phase of a held-out client
+    adapt_epochs: int = 1
 
     @abstractmethod
     def sample(self, client_ids: Sequence[str], round_idx: int, num_rounds: int, seed: int) -> list[str]:
@@ -20,6 +27,10 @@ class ClientSampler(ABC):
 
     def validate(self, num_clients: int) -> None:  # noqa: B027 - optional hook
         """Raise ``ValueError`` if the sampler cannot work with ``num_clients`` clients."""
+
+    def held_out(self, client_ids: Sequence[str], seed: int) -> list[str]:
+        """The clients never sampled for training, scored as new clients after it, in ``client_ids`` order: none."""
+        return []
 
 
 class FullParticipation(ClientSampler):

@@ -23,7 +23,6 @@ from fedhet.core import (
 )
 from fedhet.plugins.clients.context import ClientContext, check_federated_datamodule
 from fedhet.plugins.clients.runners import ClientRunner
-from fedhet.plugins.clients.stacked import StackedRunner, check_stacking
 from fedhet.plugins.hooks.callback_setup import TrainerLogger, federation_callbacks, user_loggers
 from fedhet.plugins.hooks.dispatch import CallbackHooks
 from fedhet.plugins.hooks.server_step import check_server_state, run_server_hook
@@ -41,7 +40,7 @@ from fedhet.plugins.rounds.comm import CommTotals
 from fedhet.plugins.rounds.new_clients import NEW_CLIENT_STAGE, evaluate_new_clients
 from fedhet.plugins.rounds.options import Checkpointing, ClientStates, Faults, Processes, Reporting
 from fedhet.plugins.rounds.policy_setup import resolve_policies
-from fedhet.plugins.rounds.sampling import ClientSampler, FullParticipation, NewClients
+from fedhet.plugins.rounds.sampling import ClientSampler, FullParticipation
 from fedhet.plugins.rounds.summaries import evaluation_metrics, merge_uploads, training_metrics
 from fedhet.plugins.storage.callback_state import callback_states, load_callback_states
 from fedhet.plugins.storage.checkpoint import (
@@ -57,7 +56,7 @@ from fedhet.plugins.storage.fingerprint import fingerprint_differences
 from fedhet.plugins.storage.run_folder import RunCSVLogger, RunFolder, RunFolderHeldError, version_of
 from fedhet.plugins.storage.run_record import CpuMeter, CpuSeconds, add_record, make_record
 from fedhet.plugins.uploads.aggregators import Aggregator
-from fedhet.plugins.uploads.policies import FailureBudget, PlainUpdate, PrivateUpdate, ServerUpdate, UploadCheck
+from fedhet.plugins.uploads.policies import FailureBudget, PlainUpdate, ServerUpdate, UploadCheck
 from fedhet.plugins.uploads.privacy import UploadPrivacy
 
 _Command = TypeVar("_Command", bound=Callable[..., Any])
@@ -233,12 +232,9 @@ class FederatedTrainer:
             state = self._resumable(path)
         self._prepare(model, datamodule, "fit")
         if state is not None and path is not None:
-            self._restore(
-                state, path, replay_logs=self._run_record, private=isinstance(self._server_update, PrivateUpdate)
-            )
+            self._restore(state, path, replay_logs=self._run_record, private=self._server_update.private)
             check_resumed_rounds(state, self.rounds, self.sampler, path)
-        if isinstance(self.runner, StackedRunner):  # on one module per client architecture, before any training
-            check_stacking(self._fabric, [self.context.slot(cid).module for cid in self.context.architectures()])
+        self.runner.check(self.context)  # e.g. whether the clients can train in stacks, before any training
         self._log_run_config(model)
         fabric = self._fabric
         self.fitting = True
@@ -491,8 +487,7 @@ class FederatedTrainer:
         self._client_ids = list(self._context.client_ids)
         self._index = {cid: i for i, cid in enumerate(self._client_ids)}
         self.sampler.validate(len(self._client_ids))
-        new = self.sampler
-        self._held_out = set(new.held_out(self._client_ids, self.seed)) if isinstance(new, NewClients) else set()
+        self._held_out = set(self.sampler.held_out(self._client_ids, self.seed))
         self._server_update: ServerUpdate = self.server_update or PlainUpdate(module.configure_aggregator())
         if not self._has_state:
             self._init_server()
@@ -591,7 +586,7 @@ class FederatedTrainer:
         Each process adapts the held-out clients it owns from the federation as it stands
         (:mod:`fedhet.plugins.rounds.new_clients`); the summaries over all of them are ``test_new/...``.
         """
-        if not isinstance(self.sampler, NewClients):
+        if not self._held_out:
             return {}
         owned = [cid for cid in self._client_ids if cid in self._held_out and self.owns(cid)]
         evaluations = evaluate_new_clients(self.context, owned, self.sampler.adapt_epochs, round_idx)

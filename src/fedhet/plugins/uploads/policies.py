@@ -158,7 +158,13 @@ class FailureBudget:
 
 
 class ServerUpdate(Protocol):
-    """Turns a round's admitted uploads into new shared parameters, with what it logs and checkpoints."""
+    """Turns a round's admitted uploads into new shared parameters, with what it logs and checkpoints.
+
+    ``private`` says whether it gives differential privacy: a run resumes only from a checkpoint written with the
+    same (:func:`~fedhet.plugins.storage.checkpoint.check_checkpoint_matches`).
+    """
+
+    private: bool
 
     def prepare(self, updates: list[ClientUpdate], shared: Mapping[str, Tensor], round_idx: int) -> list[ClientUpdate]:
         """The uploads as the server receives them (e.g. clipped and noised) from the raw ones."""
@@ -185,6 +191,8 @@ class PlainUpdate:
         aggregator: folds the uploads by parameter name.
 
     """
+
+    private = False
 
     def __init__(self, aggregator: Aggregator) -> None:
         self.aggregator = aggregator
@@ -222,6 +230,8 @@ class PrivateUpdate:
         seed: the seed of the noise; ``None``: the run's (``FederatedTrainer`` fills it in).
 
     """
+
+    private = True
 
     def __init__(self, privacy: UploadPrivacy, seed: int | None = None) -> None:
         self.privacy = privacy
