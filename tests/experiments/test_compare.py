@@ -17,10 +17,12 @@ from types import SimpleNamespace
 
 import optuna
 import pytest
+import torch
 import yaml
 from scipy import stats
 
 from fedhet.cli import main
+from fedhet.core.provenance import source_tree
 from fedhet.experiments.compare import check_command_lines, method_sha256, run_spec, tune_method, tuned_at_edges
 from fedhet.experiments.results import paired, table_rows
 from fedhet.experiments.runs import arguments, run_sha256
@@ -70,6 +72,56 @@ def _stamps(out: Path) -> dict[Path, float]:
     return {p: p.stat().st_mtime_ns for p in (out / "runs").rglob("result.json")}
 
 
+def _check_raw_results(tmp_path: Path, path: Path, values: dict[str, list[float]], tuned: float) -> None:
+    """Raw rows beside the table, a header naming what it holds, its costs, the table rebuilt from the rows alone."""
+    out, res = tmp_path / "out", tmp_path / "committed" / "smoke"
+    runs = [json.loads(line) for line in (res / "runs.jsonl").read_text().splitlines()]
+    assert [(r["method"], r["seed"]) for r in runs] == [("fedavg", 0), ("fedavg", 1), ("fedrep", 0), ("fedrep", 1)]
+    for r in runs:
+        assert r["test"]["test/acc_mean"] == pytest.approx(values[r["method"]][r["seed"]])
+        assert any(k.startswith("test/acc/") for k in r["test"])  # every client's final test metric
+        assert any(k.startswith("val/acc/") for k in r["val_final"])  # and validation metric
+        assert [row["round"] for row in r["val"]] == [0, 1]  # the validation summaries per round
+        assert all(k == "round" or k.count("/") == 1 for row in r["val"] for k in row)
+        assert set(r["cpu"]) == {"startup", "rounds", "evaluation"}
+        assert r["threads"] == 1
+    assert [r["tuned"] for r in runs] == [{}, {}, *[{"model.init_args.lr": tuned}] * 2]
+    trials = [json.loads(line) for line in (res / "trials.jsonl").read_text().splitlines()]
+    assert [(t["method"], t["number"], t["state"]) for t in trials] == [("fedrep", n, "COMPLETE") for n in range(3)]
+    assert all(t["cpu_s"] > 0 and set(t["params"]) == {"model.init_args.lr"} for t in trials)
+    assert tuned in [t["params"]["model.init_args.lr"] for t in trials]
+    sources = json.loads((res / "sources.json").read_text())
+    assert {r["sources_sha256"] for r in runs} <= set(sources)
+    # the header names the runs' commit and environment; the costs are the rounds' CPU and the tuning's
+    tree = source_tree()
+    text = (res / "table.md").read_text()
+    assert f"- commit: `{tree.commit}{'+dirty' if tree.dirty else ''}`" in text
+    assert f"{torch.backends.cpu.get_cpu_capability()} kernels" in text
+    assert "Mixed" not in text
+    table = _table(res)
+    for method in ("fedavg", "fedrep"):
+        mine = [r for r in runs if r["method"] == method]
+        row = table[("digits", method)]
+        assert float(row["cpu_s/round"]) == pytest.approx(statistics.mean(r["cpu"]["rounds"] / 2 for r in mine))
+        assert float(row["startup_s/run"]) == pytest.approx(statistics.mean(r["cpu"]["startup"] for r in mine))
+    assert table[("digits", "fedrep")]["tuning_trials"] == "3"
+    assert float(table[("digits", "fedrep")]["tuning_cpu_s"]) == pytest.approx(sum(t["cpu_s"] for t in trials))
+    assert (table[("digits", "fedavg")]["tuning_trials"], float(table[("digits", "fedavg")]["tuning_cpu_s"])) == (
+        "0",
+        0,
+    )
+    # `fedhet compare --report`: the same table and CSV from the raw files alone, with no run folder left
+    written = {name: (res / name).read_text() for name in ("table.md", "table.csv")}
+    (out / "runs").rename(tmp_path / "runs_aside")
+    for name in written:
+        (res / name).unlink()
+    try:
+        main(["compare", "-c", str(path), "--report"])
+        assert {name: (res / name).read_text() for name in written} == written
+    finally:
+        (tmp_path / "runs_aside").rename(out / "runs")
+
+
 @pytest.mark.slow
 @pytest.mark.distributed
 def test_smoke_suite_table_resume_and_tuning(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -113,7 +165,7 @@ def test_smoke_suite_table_resume_and_tuning(tmp_path: Path, capsys: pytest.Capt
     )
     assert final["model"]["init_args"]["lr"] == pytest.approx(tuned)
     assert (res / "val_digits.png").stat().st_size > 0
-    assert "commit:" in (res / "table.md").read_text()
+    _check_raw_results(tmp_path, path, values, tuned)
 
     before = _stamps(out)
     versions = {p for p in (out / "runs").rglob("version_*")}

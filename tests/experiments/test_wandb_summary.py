@@ -67,7 +67,7 @@ def test_summary_run_holds_the_table_and_figures(offline_wandb: Path, tmp_path: 
         "smoke-summary",
     )
     logged_config = {item.key: json.loads(item.value_json) for item in run.config.update}
-    assert f"`{logged_config['configs_sha256']}`" in (suite.output / "table.md").read_text()
+    assert f"`{logged_config['inputs_sha256']}`" in (suite.output / "table.md").read_text()
 
     (table_json,) = Path(files).glob("media/table/table_*.table.json")
     logged = json.loads(table_json.read_text())

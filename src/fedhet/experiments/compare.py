@@ -16,9 +16,11 @@ federation's config files, its overrides, its search space and the tuning settin
 the methods left as they were keep their studies and runs. Several ``fedhet compare`` of one suite (on one machine or
 on machines sharing its output folder and tuning storage) share its work: each tunes through the shared study, takes
 the runs no other process is running, then waits for the others' runs, and each writes the whole table. The results
-folder (the suite's ``results``, default ``output``) gets ``table.md``, ``table.csv``
-(:mod:`~fedhet.experiments.results`), the figures (:mod:`~fedhet.experiments.plots`) and a copy of ``tuned.yaml``,
-each naming the suite file, the git commit and the sha256 of the runs' resolved configs.
+folder (the suite's ``results``, default ``output``) gets the raw results (:mod:`~fedhet.experiments.raw`: a row per
+final run and per tuning trial), then ``table.md``, ``table.csv`` (:mod:`~fedhet.experiments.results`) and the
+figures (:mod:`~fedhet.experiments.plots`) made from those rows alone (:mod:`~fedhet.experiments.report`: ``--report``
+makes them again with no run folder), each naming the suite file, the commits and environments of the runs and the
+sha256 of their inputs; and a copy of ``tuned.yaml``.
 """
 
 from __future__ import annotations
@@ -26,7 +28,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import functools
-import hashlib
 import math
 import shutil
 import subprocess
@@ -50,6 +51,7 @@ from fedhet.experiments.runs import (
     inputs_sha256,
 )
 from fedhet.experiments.suite import Suite, SuiteError, field_error, load_suite
+from fedhet.plugins.storage.run_record import recorded_cpu
 
 TUNED_FILE = "tuned.yaml"
 
@@ -182,16 +184,6 @@ def check_command_lines(suite: Suite, pairs: Sequence[tuple[str, str]], tuned: M
         raise field_error(suite.path, "methods", f"fedhet fit refuses {'; '.join(refused)}")
 
 
-def git_commit(folder: Path) -> str:
-    """The commit checked out in ``folder``'s git work tree (``+dirty`` with uncommitted changes), or ``unknown``."""
-    try:
-        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=folder, capture_output=True, text=True, check=True)
-        dirty = subprocess.run(["git", "status", "--porcelain", "-uno"], cwd=folder, capture_output=True, text=True)
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
-
-
 def suite_label(path: Path) -> str:
     """``path`` relative to the root of its git work tree (no machine's folders in a results file), else its name."""
     try:
@@ -201,20 +193,6 @@ def suite_label(path: Path) -> str:
         return path.resolve().relative_to(Path(top.stdout.strip()).resolve()).as_posix()
     except (OSError, subprocess.CalledProcessError, ValueError):
         return path.name
-
-
-def configs_sha256(results: Sequence[Mapping[str, Any]]) -> str:
-    """One sha256 over the runs' resolved ``config.yaml`` digests, in run order."""
-    return hashlib.sha256("\n".join(r["config_sha256"] for r in results).encode()).hexdigest()
-
-
-def provenance(suite: Suite, results: Sequence[Mapping[str, Any]]) -> dict[str, str]:
-    """What every results file names: the suite file, the git commit and the sha256 of the runs' resolved configs."""
-    return {
-        "suite": suite_label(suite.path),
-        "commit": git_commit(suite.path.parent),
-        "configs_sha256": configs_sha256(results),
-    }
 
 
 def read_tuned(suite: Suite) -> dict[str, dict[str, Any]]:
@@ -234,44 +212,62 @@ def tuned_at_edges(suite: Suite, tuned: Mapping[str, Mapping[str, Any]]) -> dict
     return edges
 
 
+def trial_rows(suite: Suite, federation: str, method: str) -> list[dict[str, Any]]:
+    """The raw rows of ``method``'s tuning trials on ``federation`` (none without a search space or a study yet).
+
+    A trial's CPU seconds are those its runs recorded (:func:`~fedhet.plugins.storage.run_record.recorded_cpu`),
+    ``None`` when one of them recorded none.
+    """
+    from fedhet.experiments.raw import trial_row
+    from fedhet.experiments.tuning import study_trials
+
+    tuning = suite.tuning
+    if tuning is None or suite.methods[method].search is None:
+        return []
+    digest = method_sha256(suite, federation, method)[:12]
+    study = f"{suite.name}/{federation}/{method}/{digest}"
+    folder = suite.output / "tuning" / federation / method / digest
+    rows = []
+    for trial in study_trials(study, tuning.storage):
+        spent = [recorded_cpu(folder / f"trial{trial.number}" / f"seed{seed}") for seed in tuning.seeds]
+        cpu = None if None in spent else math.fsum(s for s in spent if s is not None)
+        rows.append(trial_row(suite.name, federation, method, study, trial, cpu))
+    return rows
+
+
 def write_results(
     suite: Suite, results: list[dict[str, Any]], tuned: Mapping[str, Mapping[str, Any]], planned: int | None = None
 ) -> list[Path]:
-    """Write ``table.md``, ``table.csv``, the figures and a copy of ``tuned.yaml`` into the suite's results folder.
+    """Write the raw results, then ``table.md``, ``table.csv`` and the figures from them, and a copy of ``tuned.yaml``.
+
+    The raw files (:mod:`~fedhet.experiments.raw`: ``runs.jsonl``, ``trials.jsonl``, ``sources.json``) are written
+    first and the table is made from them alone (:func:`~fedhet.experiments.report.write_report`), as ``fedhet
+    compare --report`` makes it again.
 
     Args:
         suite: the suite.
         results: the finished runs' results.
         tuned: the chosen overrides per ``federation/method``.
-        planned: the suite's number of runs; when more than ``len(results)``, the tables say what they cover.
+        planned: unused (the table compares the runs to the suite's to say what it covers); kept for callers.
 
     Returns:
         the paths written (``tuned.yaml`` only when the results folder is not ``output``, where it already is).
 
     """
-    from fedhet.experiments.plots import plot_suite
-    from fedhet.experiments.results import table_rows, to_csv, to_markdown
+    from fedhet.experiments.raw import run_row, write_raw
+    from fedhet.experiments.report import write_report
 
-    stamp = provenance(suite, results)
-    if planned is not None and len(results) < planned:
-        seeds = sorted({r["seed"] for r in results})
-        methods = list(dict.fromkeys(r["method"] for r in results))
-        stamp["covers"] = (
-            f"{len(results)} of {planned} runs (methods {', '.join(methods)} of {list(suite.methods)};"
-            f" seeds {', '.join(map(str, seeds))} of {suite.seeds})"
-        )
-    header = [f"# Suite {suite.name}", "", *(f"- {k}: `{v}`" for k, v in stamp.items())]
-    rows = table_rows(results, suite.metric, suite.baseline, tuned, tuned_at_edges(suite, tuned))
+    del planned
     folder = suite.results_folder
-    folder.mkdir(parents=True, exist_ok=True)
-    md, csv_path = folder / "table.md", folder / "table.csv"
-    md.write_text(to_markdown(rows, suite.baseline, header))
-    csv_path.write_text("".join(f"# {k}: {v}\n" for k, v in stamp.items()) + to_csv(rows))
-    figures = plot_suite(results, suite.metric, folder, stamp)
-    copies = []
+    runs = [run_row(suite.name, r, tuned.get(f"{r['federation']}/{r['method']}", {})) for r in results]
+    pairs = dict.fromkeys((r["federation"], r["method"]) for r in results)
+    trials = [row for f, m in pairs for row in trial_rows(suite, f, m)]
+    sources = {r["sources_sha256"]: r["sources"] for r in results if r.get("sources_sha256")}
+    raw = write_raw(folder, runs, trials, sources)
+    written = [*write_report(suite, suite_label(suite.path), tuned_at_edges(suite, tuned)), *raw]
     if folder != suite.output and (suite.output / TUNED_FILE).is_file():
-        copies.append(Path(shutil.copyfile(suite.output / TUNED_FILE, folder / TUNED_FILE)))
-    return [md, csv_path, *figures, *copies]
+        written.append(Path(shutil.copyfile(suite.output / TUNED_FILE, folder / TUNED_FILE)))
+    return written
 
 
 @dataclass
@@ -409,6 +405,23 @@ def compare(
     return written
 
 
+def report(suite: Suite) -> list[Path]:
+    """``fedhet compare --report``: the table and figures again from the results folder's raw files alone.
+
+    Raises:
+        SuiteError: naming the results folder when it holds no raw results.
+
+    """
+    from fedhet.experiments.raw import read_raw
+    from fedhet.experiments.report import tuned_values, write_report
+
+    try:
+        rows, _ = read_raw(suite.results_folder)
+    except (FileNotFoundError, ValueError) as err:
+        raise field_error(suite.path, "results", str(err)) from None
+    return write_report(suite, suite_label(suite.path), tuned_at_edges(suite, tuned_values(rows)))
+
+
 def summarise_on_wandb(suite: Suite, results: Sequence[Mapping[str, Any]], written: Sequence[Path]) -> str | None:
     """Log the suite's W&B summary run when its runs logged to W&B (:mod:`~fedhet.experiments.wandb_summary`).
 
@@ -429,7 +442,13 @@ def summarise_on_wandb(suite: Suite, results: Sequence[Mapping[str, Any]], writt
         return None
     table = next(p for p in written if p.name == "table.csv")
     figures = [p for p in written if p.suffix == ".png"]
-    return log_summary(suite.name, configs, table, figures, provenance(suite, results))
+    from fedhet.experiments.raw import read_raw
+    from fedhet.experiments.report import covers, stamp
+
+    rows, trials = read_raw(suite.results_folder)
+    return log_summary(
+        suite.name, configs, table, figures, stamp(suite_label(suite.path), rows, trials, covers(suite, rows))[1]
+    )
 
 
 def main(argv: list[str]) -> None:
@@ -438,10 +457,15 @@ def main(argv: list[str]) -> None:
     parser.add_argument("-c", "--config", required=True, help="the suite file (YAML)")
     parser.add_argument("--seeds", type=int, nargs="+", help="run only these of the suite's seeds (default: all)")
     parser.add_argument("--methods", nargs="+", help="run only these of the suite's methods (default: all)")
+    parser.add_argument(
+        "--report",
+        action="store_true",
+        help="run nothing: write the table and figures again from the results folder's raw files (runs.jsonl)",
+    )
     args = parser.parse_args(argv)
     try:
         suite = load_suite(args.config)
-        written = compare(suite, seeds=args.seeds, methods=args.methods)
+        written = report(suite) if args.report else compare(suite, seeds=args.seeds, methods=args.methods)
     except SuiteError as err:
         sys.stderr.write(f"fedhet compare: error: {err}\n")
         sys.exit(2)

@@ -24,7 +24,8 @@ def plot_suite(
 
     ``val_``: ``val/<metric>_mean`` against round, per method the mean over seeds with a band from the lowest to the
     highest seed. ``clients_``: per method, the distribution (box plot) of the per-client test ``<metric>`` over all
-    clients and seeds. Each PNG names ``provenance`` (suite file, commit, configs' sha256) in its metadata.
+    clients and seeds. Each PNG names ``provenance`` (suite file, commit, environment, inputs' sha256) in its
+    metadata.
     """
     description = "; ".join(f"{k}: {v}" for k, v in provenance.items())
     import matplotlib

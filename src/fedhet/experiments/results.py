@@ -63,16 +63,25 @@ def table_rows(
     baseline: str,
     tuned: Mapping[str, Mapping[str, Any]],
     edges: Mapping[str, Mapping[str, str]] | None = None,
+    *,
+    trials: Sequence[Mapping[str, Any]] = (),
 ) -> list[dict[str, Any]]:
     """One row per (federation, method), in the order the runs came, with every number of the table.
 
     Args:
-        results: the runs' ``result.json`` contents.
+        results: the runs' raw rows (:func:`~fedhet.experiments.raw.run_row`) or ``result.json`` contents.
         metric: the suite's test metric family (``acc``).
         baseline: the baseline method.
         tuned: ``"<federation>/<method>" -> chosen overrides`` of tuned methods.
         edges: ``"<federation>/<method>" -> {key: "low" | "high"}``: chosen values at an end of their search range
             (:meth:`~fedhet.experiments.search_space.SearchSpace.at_edges`), marked in the ``tuned`` column.
+        trials: the tuning trials' raw rows (:func:`~fedhet.experiments.raw.trial_row`), for the tuning cost.
+
+    Cost columns: ``cpu_s/round``, the CPU seconds of the rounds alone (training, aggregation, server steps) per
+    round trained; ``startup_s/run``, the CPU seconds of start-up per run (interpreter, imports, data, model, and the
+    test's); ``wall_s/run``; ``tuning_cpu_s`` and ``tuning_trials``, the CPU seconds of all the method's tuning
+    trials on the federation and their number. A cost the runs did not record (runs of a fedhet before the run
+    record) is ``nan``.
 
     """
     names = summary_metrics(results, metric)
@@ -84,8 +93,7 @@ def table_rows(
         row: dict[str, Any] = {"federation": federation, "method": method, "n": len(runs)}
         for name in names:
             row[name], row[f"{name} ci95"] = mean_ci([r["test"][name] for r in runs if name in r["test"]])
-        trained = [r["rounds"] - r.get("resumed_from_round", 0) for r in runs]  # by the process cpu_s measured
-        row["cpu_s/round"], _ = mean_ci([r["cpu_s"] / max(n, 1) for r, n in zip(runs, trained, strict=True)])
+        row.update(_costs(runs, [t for t in trials if (t["federation"], t["method"]) == (federation, method)]))
         row["bytes/round"], _ = mean_ci([r["bytes_per_round"] for r in runs])
         comparison = paired(runs, groups.get((federation, baseline), []), f"test/{metric}_mean")
         row.update({f"vs {baseline} {k}": v for k, v in comparison.items()})
@@ -96,6 +104,27 @@ def table_rows(
         )
         rows.append(row)
     return rows
+
+
+def _costs(runs: Sequence[Mapping[str, Any]], trials: Sequence[Mapping[str, Any]]) -> dict[str, float | int]:
+    """The cost columns of one (federation, method): see :func:`table_rows`."""
+    cpu = [r.get("cpu") for r in runs]
+    split = [c for c in cpu if isinstance(c, Mapping)]
+    trained = [r["rounds"] - r.get("resumed_from_round", 0) for r in runs]  # by the process the cpu was measured in
+    per_round, startup = math.nan, math.nan
+    if len(split) == len(runs):
+        per_round, _ = mean_ci([c["rounds"] / max(n, 1) for c, n in zip(split, trained, strict=True)])
+        startup, _ = mean_ci([c["startup"] for c in split])
+    walls = [r.get("wall_s") for r in runs]
+    wall = mean_ci([w for w in walls if w is not None])[0] if None not in walls else math.nan
+    spent = [t.get("cpu_s") for t in trials]
+    return {
+        "cpu_s/round": per_round,
+        "startup_s/run": startup,
+        "wall_s/run": wall,
+        "tuning_cpu_s": math.fsum(s for s in spent if s is not None) if None not in spent else math.nan,
+        "tuning_trials": len(trials),
+    }
 
 
 def to_csv(rows: Sequence[Mapping[str, Any]]) -> str:
@@ -138,5 +167,8 @@ def to_markdown(rows: Sequence[Mapping[str, Any]], baseline: str, header: Sequen
     lines += [
         "",
         "Values: mean ± 95 % Student-t half-width over seeds; `vs` columns: paired with the baseline per seed.",
+        "Costs: `cpu_s/round` CPU seconds per round of the rounds alone (evaluation and start-up apart),"
+        " `startup_s/run` and `wall_s/run` per final run, `tuning_cpu_s` all the method's tuning trials"
+        " (`tuning_trials` of them) on the federation.",
     ]
     return "\n".join(lines) + "\n"

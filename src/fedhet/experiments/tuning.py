@@ -68,6 +68,7 @@ __all__ = [
     "TrialRecord",
     "TuningResult",
     "objective_value",
+    "study_trials",
     "tune",
 ]
 
@@ -402,6 +403,16 @@ def _run_trial(
     else:
         trial.set_user_attr("fedhet_non_finite", str(value))
         study.tell(trial, -math.inf if study.direction.name == "MAXIMIZE" else math.inf)
+
+
+def study_trials(study_name: str, storage: str | None) -> list[TrialRecord]:
+    """Every trial of a stored study, in number order (none when the storage holds no study of that name)."""
+    with _quiet_optuna():
+        try:
+            study = optuna.load_study(study_name=study_name, storage=open_storage(_absolute(storage)))
+        except KeyError:
+            return []
+        return [_record(t) for t in sorted(study.get_trials(deepcopy=False), key=lambda t: t.number)]
 
 
 def _result(study: optuna.Study) -> TuningResult:

@@ -4,8 +4,9 @@ When the final runs of a suite logged to W&B (a ``WandbLogger`` in their resolve
 list), ``fedhet compare`` logs one more run once the results are written: named ``<suite>-summary``, with job type
 ``summary``, in the W&B group of the suite's runs (the suite's name) and the project, entity, folder and offline mode
 of the first such run's logger. It holds ``table``, a ``wandb.Table`` with the columns and rows of ``table.csv``, one
-``figures/<name>`` image per figure, and the provenance (suite file, commit, configs' sha256) as its config. W&B is an
-optional dependency (``pip install "fedhet[wandb]"``): without it, or when no run used W&B, nothing is logged.
+``figures/<name>`` image per figure, and the provenance (suite file, commit, environment, inputs' sha256) as its
+config. W&B is an optional dependency (``pip install "fedhet[wandb]"``): without it, or when no run used W&B,
+nothing is logged.
 """
 
 from __future__ import annotations
@@ -71,7 +72,7 @@ def log_summary(
         configs: the final runs' resolved configs.
         table_csv: the suite's ``table.csv``.
         figures: the suite's PNG figures.
-        provenance: the suite file, the commit and the configs' sha256, logged as the run's config.
+        provenance: the suite file, the runs' commit, environment and inputs' sha256, logged as the run's config.
 
     Returns:
         the summary run's local files folder (``.../wandb/<run>/files``), or ``None`` when nothing was logged.

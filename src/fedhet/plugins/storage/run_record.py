@@ -23,6 +23,7 @@ import csv
 import hashlib
 import json
 import logging
+import math
 import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
@@ -313,6 +314,18 @@ def versions_since(root: str | Path, before: int | None, count: int) -> list[Pat
     if len(made) < count:
         raise RuntimeError(f"{count} version folders should have been written under '{root}', found {len(made)}")
     return [Path(root) / f"version_{v}" for v in made[-count:]]
+
+
+def recorded_cpu(root: str | Path) -> float | None:
+    """The CPU seconds every command recorded under a run's root (all its version folders, every part summed).
+
+    ``None`` when the root holds no version folder, or one whose commands recorded nothing (a fedhet before records).
+    """
+    found = versions(root)
+    records = [read_records(Path(root) / f"version_{v}") for v in found]
+    if not found or not all(records):
+        return None
+    return math.fsum(r.cpu.startup + r.cpu.rounds + r.cpu.evaluation for kept in records for r in kept)
 
 
 def write_result(folder: str | Path, result: Mapping[str, Any]) -> Path:
