@@ -70,6 +70,10 @@ def _listens(port: int) -> bool:
 class Loopback:
     """A SuperLink and three SuperNodes on 127.0.0.1, started by the doc's recipe; stopped on exit.
 
+    The SuperLink starts in ``home / "server"``: what the ServerApp writes under a relative ``default_root_dir`` (the
+    shipped example's ``fedhet_runs/...``) lands there, not in the repository; everything else runs from the
+    repository's root, as the doc says.
+
     Args:
         home: the ``FLWR_HOME`` (Flower's config, apps and state) and the processes' logs.
         warm: the recipe as written (one warm ClientApp process per SuperNode); ``False``: :func:`cold`.
@@ -91,6 +95,7 @@ class Loopback:
             "OMP_NUM_THREADS": "1",
             "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
         }
+        self.server_dir = home / "server"
         self.groups: list[subprocess.Popen] = []
         self.setup, self.link, self.nodes, self.run_block = recipe()
         if not warm:
@@ -99,8 +104,9 @@ class Loopback:
     def __enter__(self) -> Loopback:
         self.home.mkdir(parents=True, exist_ok=True)
         subprocess.run(["bash", "-euc", self.setup], env=self.env, cwd=ROOT, check=True, timeout=60)
+        self.server_dir.mkdir(exist_ok=True)
         try:
-            link = self._start("superlink", self.link)
+            link = self._start("superlink", self.link, cwd=self.server_dir)
             self._wait(lambda: _listens(self.link_port), link, f"the SuperLink on port {self.link_port}")
             nodes = self._start("nodes", self.nodes)
             ports = [self.node_port + i for i in range(NODES)]
@@ -135,11 +141,11 @@ class Loopback:
         )
         return time.perf_counter() - started, done
 
-    def _start(self, name: str, block: str) -> subprocess.Popen:
+    def _start(self, name: str, block: str, cwd: Path = ROOT) -> subprocess.Popen:
         """Run a block that starts background processes, in its own process group (stopped together)."""
         out = (self.home / f"{name}.log").open("w")
         group = subprocess.Popen(
-            ["bash", "-euc", f"{block}\nwait"], env=self.env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+            ["bash", "-euc", f"{block}\nwait"], env=self.env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT,
             start_new_session=True,
         )  # fmt: skip
         self.groups.append(group)

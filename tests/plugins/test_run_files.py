@@ -308,6 +308,54 @@ def test_a_missing_client_spec_field_is_refused_naming_it(tmp_path, tiny_federat
         FedAvg.load_from_checkpoint(path)
 
 
+HUGE_LAYERS = """
+import json, resource, sys
+from fedhet.modules import FedAvg
+
+def peak_mib():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+FedAvg.load_from_checkpoint(sys.argv[1])  # the honest file: every import and its own peak first
+before = peak_mib()
+try:
+    FedAvg.load_from_checkpoint(sys.argv[2])
+    error = None
+except ValueError as err:
+    error = str(err)
+print(json.dumps({"grown_mib": peak_mib() - before, "error": error}))
+"""
+
+
+def test_hyperparameters_that_build_more_than_the_file_holds_are_refused_before_allocating(tmp_path, tiny_federation):
+    """At 9390786 ``hidden_dims [60000, 60000]`` in a 2,909-byte export made the load try to allocate 14.4 GB."""
+    trainer = make_trainer(tmp_path, rounds=1)
+    trainer.fit(FedAvg(hidden_dims=[8]), tiny_federation)
+    honest = trainer.export_client("a", tmp_path / "a.ckpt")
+    checkpoint = torch.load(honest, weights_only=True)
+    checkpoint["hyper_parameters"]["hidden_dims"] = [8000, 8000]  # a 256 MB middle layer; the file's tensors unchanged
+    crafted = tmp_path / "crafted.ckpt"
+    torch.save(checkpoint, crafted)
+    done = subprocess.run(
+        [sys.executable, "-c", HUGE_LAYERS, str(honest), str(crafted)], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    measured = json.loads(done.stdout.strip().splitlines()[-1])
+    assert re.search(r"crafted\.ckpt.*tensor 'body\.\d\.weight' of shape \(8000, ", measured["error"] or ""), measured
+    assert measured["grown_mib"] < 64, measured  # nothing of the 8000-wide layers was allocated
+
+
+def test_a_checkpoint_missing_a_tensor_its_hyperparameters_build_is_refused_naming_it(tmp_path, tiny_federation):
+    trainer = make_trainer(tmp_path, rounds=1)
+    trainer.fit(FedAvg(hidden_dims=[8]), tiny_federation)
+    path = trainer.export_client("a", tmp_path / "a.ckpt")
+    checkpoint = torch.load(path, weights_only=True)
+    checkpoint["state_dict"].pop("head.bias")
+    torch.save(checkpoint, path)
+    with pytest.raises(ValueError, match=r"a\.ckpt.*tensor 'head\.bias', which it does not hold"):
+        FedAvg.load_from_checkpoint(path)
+    assert FedAvg.load_from_checkpoint(path, strict=False).head.bias.shape == (tiny_federation.num_classes,)
+
+
 # ---------------------------------------------------------------- dead runs' spill folders
 def test_a_resumed_run_removes_the_spill_folders_of_dead_runs(tmp_path, tiny_federation):
     make_trainer(tmp_path, rounds=1).fit(FedRep(hidden_dims=[8]), tiny_federation)

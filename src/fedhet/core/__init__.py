@@ -17,6 +17,7 @@ This package imports nothing else of fedhet (only torch), so every other package
   of the trainer, and what a server callback declares it reads and writes in the server state (``hooks``).
 * :class:`UploadDeclaration`, :class:`TensorSpec`, :class:`ExpectedUpload` — what a method declares it uploads
   and what the server admits from a client (``uploads``).
+* :func:`quoted` — an untrusted value quoted in a message, cut to a bounded length (``text``).
 * :func:`derive_seed`, :func:`seeded`, :func:`rng_preserved` — every random draw of a run derives from (seed,
   purpose, round, client) (``seeding``).
 """
@@ -38,6 +39,7 @@ from fedhet.core.state import (
     num_bytes,
     to_cpu,
 )
+from fedhet.core.text import QUOTE_CHARS, quoted
 from fedhet.core.uploads import (
     ENGINE_METRICS,
     ExpectedUpload,
@@ -50,6 +52,7 @@ from fedhet.core.uploads import (
 __all__ = [
     "ENGINE_METRICS",
     "FAILURE_KINDS",
+    "QUOTE_CHARS",
     "BatchLossModule",
     "ClientData",
     "ClientFailure",
@@ -79,6 +82,7 @@ __all__ = [
     "derive_seed",
     "non_finite",
     "num_bytes",
+    "quoted",
     "rng_preserved",
     "seeded",
     "tensors_mismatch",

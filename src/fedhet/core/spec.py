@@ -7,6 +7,8 @@ from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from fedhet.core.text import quoted
+
 
 @dataclass(frozen=True)
 class SpecLimits:
@@ -93,7 +95,7 @@ def _feature_blocks(value: object, input_dim: int, limits: SpecLimits) -> dict[s
         if not isinstance(pair, (list, tuple)) or len(pair) != 2 or not isinstance(pair[0], str):
             raise _FieldError("holds an entry that is not a [name, width] pair")
         if pair[0] in blocks:
-            raise _FieldError(f"names block {pair[0]!r} twice")
+            raise _FieldError(f"names block {quoted(pair[0])} twice")
         blocks[pair[0]] = _count(pair[1], 1, limits.max_features)
     if blocks and sum(blocks.values()) != input_dim:
         raise _FieldError(f"widths sum to {sum(blocks.values())}, not to the input's {input_dim} features")

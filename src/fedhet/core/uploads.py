@@ -10,11 +10,14 @@ on a deployed server (where the upload came from another organisation's machine)
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
+
+from fedhet.core.text import quoted
 
 
 class InvalidUploadError(ValueError):
@@ -86,10 +89,10 @@ def tensors_mismatch(kind: str, tensors: Mapping[str, object], expected: Mapping
     """
     missing = [name for name in expected if name not in tensors]
     if missing:
-        return f"{kind} '{missing[0]}' is missing"
-    extra = [name for name in tensors if name not in expected]
-    if extra:
-        return f"{kind} '{extra[0]}' is not one the method declares"
+        return f"{kind} {quoted(missing[0])} is missing"
+    extra = next((name for name in tensors if name not in expected), None)
+    if extra is not None:  # a name from the upload: quoted within a bounded length
+        return f"{kind} {quoted(extra)} is not one the method declares"
     for name, spec in expected.items():
         reason = spec.mismatch(tensors[name])
         if reason is not None:
@@ -144,9 +147,11 @@ class ExpectedUpload:
             return "training metric 'loss' is missing"
         for name, value in metrics.items():
             if isinstance(value, bool) or not isinstance(value, (int, float)):
-                return f"training metric '{name}' is a {type(value).__name__}, expected a number"
+                return f"training metric {quoted(name)} is a {type(value).__name__}, expected a number"
             if check_metric_names and name not in ENGINE_METRICS and name not in self.declaration.metrics:
-                return f"training metric '{name}' is not one the method logs"
+                return f"training metric {quoted(name)} is not one the method logs"
+            if check_metric_names and name != "loss" and not math.isfinite(value):  # the loss: a non-finite upload
+                return f"training metric {quoted(name)} is {value}, expected a finite number"
         return tensors_mismatch("shared parameter", shared, self.shared) or tensors_mismatch(
             "statistic", statistics, self.declaration.statistics
         )

@@ -12,6 +12,7 @@ from fedhet.datamodules.federated import FederatedDataModule
 from fedhet.functional.partition import dirichlet_label_skew
 
 NUM_CLASSES = 10
+NUM_FEATURES = 64
 
 
 class DigitsFederation(FederatedDataModule):
@@ -60,6 +61,16 @@ class DigitsFederation(FederatedDataModule):
         super().__init__()
         self.save_hyperparameters()
         self._source_indices: dict[str, np.ndarray] = {}
+
+    @property
+    def declared_num_classes(self) -> int:
+        """The ten digits."""
+        return NUM_CLASSES
+
+    @property
+    def declared_input_features(self) -> int:
+        """The 64 pixels of an 8x8 image."""
+        return NUM_FEATURES
 
     @property
     def source_indices(self) -> dict[str, np.ndarray]:

@@ -154,6 +154,28 @@ class FederatedDataModule(LightningDataModule):
         declared = self.hparams.get("num_clients")
         return declared if isinstance(declared, int) else None
 
+    @property
+    def declared_num_classes(self) -> int | None:
+        """The size of the label space as far as it is known without reading any data (e.g. a deployed server's).
+
+        Returns:
+            a ``num_classes`` hyperparameter (``save_hyperparameters``), else ``None``: only :meth:`setup` can tell.
+            Subclasses that know it otherwise override this.
+
+        """
+        declared = self.hparams.get("num_classes")
+        return declared if isinstance(declared, int) and not isinstance(declared, bool) else None
+
+    @property
+    def declared_input_features(self) -> int | None:
+        """The most features one client's sample has, as far as it is known without reading any data.
+
+        Returns:
+            ``None`` here (only :meth:`setup` can tell); subclasses whose features are fixed override this.
+
+        """
+        return None
+
     def client(self, client_id: str) -> ClientDataModule:
         """Look a client up by id.
 

@@ -16,7 +16,8 @@ from torchmetrics import MetricCollection
 from fedhet.core import BatchLossModule, ClientSpec, LocalPhase, LocalTraining, Stacking, UploadDeclaration
 from fedhet.plugins import Aggregator, WeightedMean
 from fedhet.plugins.clients.local_loop import computed_metrics
-from fedhet.plugins.storage.export import in_memory, read_client_checkpoint
+from fedhet.plugins.clients.meta_build import on_meta
+from fedhet.plugins.storage.export import check_built_shapes, checkpoint_source, in_memory, read_client_checkpoint
 
 #: the client description of the checkpoint being loaded by :meth:`FederatedModule.load_from_checkpoint`
 _LOADING_SPEC: ContextVar[ClientSpec | None] = ContextVar("fedhet_loading_client_spec", default=None)
@@ -76,9 +77,15 @@ class FederatedModule(LightningModule):
         (a path, an ``http(s)`` URL or an open file) is read once, weights-only, and checked
         (:func:`~fedhet.plugins.storage.export.read_client_checkpoint`) before Lightning builds the module from it.
 
+        The module its hyperparameters (and ``kwargs``) build is first built on the ``meta`` device, where layers
+        take no memory, and must hold exactly the tensors the file holds, with their shapes
+        (:func:`~fedhet.plugins.storage.export.check_built_shapes`): hyperparameters that would build larger layers
+        than the file's are refused before anything is allocated.
+
         Raises:
             ValueError: for ``weights_only=False``, and naming the file (and the field) for a checkpoint that holds
-                more than tensors and plain values, is nested too deep or holds a crafted client description.
+                more than tensors and plain values, is nested too deep, holds a crafted client description, or whose
+                hyperparameters build tensors other than those it holds (naming the first).
 
         """
         if weights_only is False:
@@ -86,6 +93,19 @@ class FederatedModule(LightningModule):
         checkpoint, spec = read_client_checkpoint(checkpoint_path)
         token = _LOADING_SPEC.set(spec)
         try:
+            # first on the meta device (shapes, no memory), the tensors left out: what the hyperparameters build must be
+            # what the file holds before anything is built for real (a 3 kB file could ask for 14 GB of layers)
+            skeleton = in_memory({**checkpoint, "state_dict": {}})
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message=r"(The state dict in|Found keys that are)")
+                built = on_meta(
+                    lambda: super(FederatedModule, cls).load_from_checkpoint(
+                        skeleton, None, hparams_file, False, weights_only=True, **kwargs
+                    )
+                )
+            stored = checkpoint.get("state_dict")
+            stored = stored if isinstance(stored, dict) else {}
+            check_built_shapes(built.state_dict(), stored, checkpoint_source(checkpoint_path), strict is not False)
             return super().load_from_checkpoint(
                 in_memory(checkpoint), map_location, hparams_file, strict, weights_only=True, **kwargs
             )

@@ -30,6 +30,8 @@ class ClientMetric(Metric):
 
     higher_is_better = True
     full_state_update = False
+    plot_lower_bound = 0.0  # every kind is a rate in [0, 1] (a deployed server refuses a node's value outside it)
+    plot_upper_bound = 1.0
 
     scores: list[Tensor]  # metric states (add_state)
     target: list[Tensor]

@@ -28,28 +28,31 @@ config (``[tool.flwr.app.config]``, overridden by
 ``declared_num_clients``); ``wait-s``, how long to wait for them; ``reply-timeout-s``, how long a round waits for
 replies (600 s by default; 0: no limit); ``max-message-mb``, the most MiB of tensors a reply may carry (512);
 ``max-input-features``, ``max-classes``, ``max-samples``, the bounds of a client's description
-(:class:`~fedhet.core.SpecLimits`). The server checks every reply (:class:`~.engine.RemoteRunner`).
+(:class:`~fedhet.core.SpecLimits`; the first two default to what the config fixes of its data, :func:`server_limits`);
+``max-model-mb``, the most MiB one client's module may take on the server (1024). The server seats the nodes' clients
+(:mod:`~fedhet.integrations.flower.seating`) and checks every reply (:class:`~.engine.RemoteRunner`); its output
+(seating, a line per round, a failure in one line) goes into the run's log that ``flwr run --stream`` shows.
 """
 
 from __future__ import annotations
 
 import logging
-import time
+import sys
 from collections import OrderedDict
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from flwr.app import Context, Message, RecordDict
+from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 
-from fedhet.core import ClientFailure, ClientSpec, InvalidUploadError, SpecLimits
+from fedhet.core import ClientFailure, EngineModule, InvalidUploadError, SpecLimits
 from fedhet.integrations.flower.engine import NodeClient, RemoteFederation, RemoteRunner, Request, load_run, split_args
 from fedhet.integrations.flower.records import (
     decode_evaluation,
     decode_request,
-    decode_spec,
     decode_update,
     encode_evaluation,
     encode_failure,
@@ -59,6 +62,7 @@ from fedhet.integrations.flower.records import (
     load_client_state,
     save_client_state,
 )
+from fedhet.integrations.flower.seating import MAX_MODEL_MB, seat_clients
 
 if TYPE_CHECKING:
     from fedhet.plugins import FederatedTrainer
@@ -79,6 +83,10 @@ CLIENT_ARGS = (
     "--trainer.checkpointing.every",
     "0",
 )
+
+#: Overrides of the server's trainer: it reports its progress, a plain line per round when, as under Flower, its
+#: output is no terminal (what ``flwr run --stream`` shows).
+SERVER_ARGS = ("--trainer.reporting.progress_bar", "true")
 
 
 def _run_config(context: Context, key: str, default: Any) -> Any:
@@ -247,89 +255,9 @@ class _Remote:
                 return decode_update(reply.content, self.max_bytes)
             return decode_evaluation(reply.content)
         except Exception as err:  # a malformed reply fails its client, never the server
-            return err if isinstance(err, InvalidUploadError) else InvalidUploadError(f"{type(err).__name__}: {err}")
-
-
-class _Seats:
-    """The federation's clients as the nodes describe them: one seat per client, refused nodes named with why."""
-
-    def __init__(self) -> None:
-        self.nodes: dict[str, int] = {}
-        self.specs: dict[str, ClientSpec] = {}
-        self.refused: dict[int, str] = {}
-        self.contested: set[str] = set()
-
-    def asked(self) -> set[int]:
-        """The nodes already seated or refused."""
-        return set(self.nodes.values()) | set(self.refused)
-
-    def refuse(self, node: int, why: str) -> None:
-        """Give ``node`` no seat, and say why in the log."""
-        self.refused[node] = why
-        log.warning("Flower node %s refused: %s", node, why)
-
-    def seat(self, node: int, spec: ClientSpec) -> None:
-        """Give ``node`` its client's seat, unless another node claims that client: then neither keeps it."""
-        cid = spec.client_id
-        if cid in self.nodes or cid in self.contested:
-            self.contested.add(cid)
-            self.specs.pop(cid, None)
-            other = self.nodes.pop(cid, None)
-            for claimant in (other, node):
-                if claimant is not None:
-                    self.refuse(claimant, f"claims client {cid!r}, as another node does: neither takes part")
-            return
-        self.nodes[cid], self.specs[cid] = node, spec
-
-
-def connect_clients(
-    grid: Grid, expected: int, wait_s: float, limits: SpecLimits | None = None
-) -> tuple[dict[str, int], dict[str, ClientSpec]]:
-    """Wait until ``expected`` nodes have described their clients acceptably: ``({client: node}, {client: spec})``.
-
-    Each connected node is asked once for its client's description, which is checked field by field
-    (:func:`~.records.decode_spec`, within ``limits``). A node whose description is refused, or that does not answer,
-    is named in the log and takes no seat; two nodes that claim one client both lose it (neither can be told to be
-    the real one). Nodes that connect later are asked in turn, until ``expected`` clients are described or ``wait_s``
-    has passed.
-
-    Raises:
-        TimeoutError: fewer than ``expected`` clients described within ``wait_s`` seconds, naming the refused nodes.
-
-    """
-    deadline = time.monotonic() + wait_s
-    seats = _Seats()
-    log.info("waiting for %d Flower nodes", expected)
-    while len(seats.specs) < expected:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            reasons = "; ".join(f"node {node}: {why}" for node, why in seats.refused.items()) or "none refused"
-            described = len(seats.specs)
-            raise TimeoutError(f"{described} of {expected} Flower clients described within wait-s={wait_s} ({reasons})")
-        new = [node for node in grid.get_node_ids() if node not in seats.asked()]
-        if not new:
-            time.sleep(min(0.5, remaining))
-            continue
-        queries = [Message(RecordDict(), node, "query", group_id="describe") for node in new]
-        answered = set()
-        for reply in grid.send_and_receive(queries, timeout=max(remaining, 1.0)):
-            node = reply.metadata.src_node_id
-            if node not in new or node in answered:
-                continue
-            answered.add(node)
-            try:
-                if reply.has_error():
-                    raise InvalidUploadError(f"it answered with an error: {str(reply.error.reason)[:500]}")
-                spec = decode_spec(reply.content, f"Flower node {node}", limits)
-            except Exception as err:  # a node's description is untrusted: it costs that node its seat, nothing more
-                seats.refuse(node, str(err))
-                continue
-            seats.seat(node, spec)
-        for node in set(new) - answered:
-            seats.refuse(node, "no description in time")
-    pairs = ", ".join(f"{cid} on node {n}" for cid, n in sorted(seats.nodes.items()))
-    log.info("Flower nodes of the federation: %s", pairs)
-    return seats.nodes, seats.specs
+            if isinstance(err, InvalidUploadError):
+                return err
+            return InvalidUploadError(f"{type(err).__name__}: {str(err)[:500]}")
 
 
 def _positive(run_config: Mapping[str, Any], key: str, default: float) -> float:
@@ -340,12 +268,18 @@ def _positive(run_config: Mapping[str, Any], key: str, default: float) -> float:
     return float(value)
 
 
-def server_limits(run_config: Mapping[str, Any]) -> tuple[SpecLimits, int]:
-    """What the server admits from a node, from the run config: description limits and a reply's bytes of tensors."""
+def server_limits(run_config: Mapping[str, Any], datamodule: object = None) -> tuple[SpecLimits, int]:
+    """What the server admits from a node, from the run config: description limits and a reply's bytes of tensors.
+
+    ``max-input-features`` and ``max-classes`` default to what the server's own config fixes of its data, where it
+    fixes them (``datamodule.declared_input_features`` and ``declared_num_classes``), else to :class:`SpecLimits`'s.
+    """
     defaults = SpecLimits()
+    features = getattr(datamodule, "declared_input_features", None) or defaults.max_features
+    classes = getattr(datamodule, "declared_num_classes", None) or defaults.max_classes
     limits = SpecLimits(
-        max_features=int(_positive(run_config, "max-input-features", defaults.max_features)),
-        max_classes=int(_positive(run_config, "max-classes", defaults.max_classes)),
+        max_features=int(_positive(run_config, "max-input-features", features)),
+        max_classes=int(_positive(run_config, "max-classes", classes)),
         max_samples=int(_positive(run_config, "max-samples", defaults.max_samples)),
     )
     return limits, int(_positive(run_config, "max-message-mb", MAX_MESSAGE_MB) * 2**20)
@@ -354,18 +288,26 @@ def server_limits(run_config: Mapping[str, Any]) -> tuple[SpecLimits, int]:
 def serve(config: Path, grid: Grid, run_config: Mapping[str, Any]) -> FederatedTrainer:
     """The server's whole run: build the federation from ``config``, seat the nodes' clients, train; the trainer.
 
+    The server's trainer always reports its progress (:data:`SERVER_ARGS`): a line per round on its standard output,
+    which ``flwr run --stream`` shows.
+
     Args:
         config: the federation's ``fedhet fit`` YAML config.
         grid: Flower's grid, through which the server reaches the nodes.
         run_config: the run config (``fedhet-args``, ``num-clients``, ``wait-s``, ``reply-timeout-s``, the limits).
 
     """
-    trainer, module, datamodule = load_run(config, split_args(str(run_config.get("fedhet-args", ""))))
+    args = [*split_args(str(run_config.get("fedhet-args", ""))), *SERVER_ARGS]
+    trainer, module, datamodule = load_run(config, args)
     expected = int(_positive(run_config, "num-clients", 0)) or datamodule.declared_num_clients
     if not expected:
         raise ValueError("Flower run config: set 'num-clients' (the config's data do not declare their number)")
-    limits, max_bytes = server_limits(run_config)
-    nodes, specs = connect_clients(grid, expected, _positive(run_config, "wait-s", 600), limits)
+    limits, max_bytes = server_limits(run_config, datamodule)
+    max_model_bytes = int(_positive(run_config, "max-model-mb", MAX_MODEL_MB) * 2**20)
+    wait_s = _positive(run_config, "wait-s", 600)
+    nodes, specs = seat_clients(
+        grid, cast(EngineModule, module), expected, wait_s, limits, max_model_bytes, trainer.faults.max_client_failures
+    )
     timeout = _positive(run_config, "reply-timeout-s", REPLY_TIMEOUT_S) or None
     trainer.runner = RemoteRunner(_Remote(grid, nodes, timeout, max_bytes))
     trainer.fit(module, RemoteFederation(specs))
@@ -387,6 +329,44 @@ def make_server_app(config: str | Path) -> ServerApp:
 
     @app.main()
     def main(grid: Grid, context: Context) -> None:
-        serve(config, grid, context.run_config)
+        with logs_to_stream():
+            try:
+                serve(config, grid, context.run_config)
+            except Exception as err:
+                log.error("fedhet ServerApp failed: %s", one_line(err))
+                raise
 
     return app
+
+
+def one_line(err: BaseException) -> str:
+    """``err`` as one line: its type and the first line of its message, cut to 1,000 characters.
+
+    Example:
+        >>> one_line(ValueError("trainer.rounds: expected an int"))
+        'ValueError: trainer.rounds: expected an int'
+
+    """
+    first = (str(err).strip().splitlines() or [""])[0]
+    return f"{type(err).__name__}: {first}"[:1000]
+
+
+@contextmanager
+def logs_to_stream() -> Iterator[None]:
+    """While the block runs, fedhet's log lines from ``INFO`` up go to standard error, one line each.
+
+    A Flower ``ServerApp`` process mirrors its standard output and error into the run's log, which ``flwr run
+    --stream`` and ``flwr log`` show: the nodes seated or refused, the clients left out of a round, a failure.
+    """
+    logger = logging.getLogger("fedhet")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(levelname)s fedhet: %(message)s"))
+    level = logger.level
+    logger.addHandler(handler)
+    if level == logging.NOTSET or level > logging.INFO:
+        logger.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)

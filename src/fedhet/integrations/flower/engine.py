@@ -11,9 +11,11 @@ round (sampling, aggregation, server-side callbacks, summaries, logging, checkpo
 from __future__ import annotations
 
 import logging
+import math
 import shlex
 import time
 import warnings
+from argparse import ArgumentError
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -22,6 +24,7 @@ from lightning.pytorch import LightningModule
 from torch import Tensor
 
 from fedhet.cli import FederatedCLI
+from fedhet.cli_text import error_sentence
 from fedhet.core import (
     ClientFailure,
     ClientSpec,
@@ -31,6 +34,7 @@ from fedhet.core import (
     RoundUploads,
     ServerState,
     num_bytes,
+    quoted,
 )
 from fedhet.plugins import ClientRunner, FederatedTrainer
 from fedhet.plugins.clients.context import ClientContext, ClientEvaluation
@@ -49,10 +53,17 @@ def load_run(config: str | Path, args: Sequence[str] = ()) -> tuple[FederatedTra
         config: the YAML config (the one ``fedhet fit -c`` takes).
         args: further command-line overrides, e.g. ``["--trainer.rounds", "3"]``.
 
+    Raises:
+        ValueError: one line naming the config and the option at fault, for a config (or override) the command line
+            would refuse; nothing is printed and the process does not exit (it may be a Flower app's).
+
     """
     with warnings.catch_warnings():  # Lightning would print this process's own argv (e.g. Flower's token) in a warning
         warnings.filterwarnings("ignore", message="LightningCLI's args parameter")
-        cli = FederatedCLI(args=["-c", str(config), *args], run=False)
+        try:
+            cli = FederatedCLI(args=["-c", str(config), *args], run=False, parser_kwargs={"exit_on_error": False})
+        except ArgumentError as err:
+            raise ValueError(f"config {str(config)!r}: {error_sentence(str(err))}") from None
     return cli.trainer, cli.model, cli.datamodule  # type: ignore[return-value]
 
 
@@ -257,14 +268,33 @@ def training_reply(client_id: str, reply: object) -> tuple[ClientUpdate, float] 
         return _no_answer(client_id, reply)
     if isinstance(reply, ClientFailure):
         if reply.client_id != client_id:
-            return ClientFailure(client_id, "invalid", f"reply refused: its failure names client {reply.client_id!r}")
+            return ClientFailure(
+                client_id, "invalid", f"reply refused: its failure names client {quoted(reply.client_id)}"
+            )
         return ClientFailure(client_id, reply.kind, f"failed on its node: {reply.reason}")
     if not (isinstance(reply, tuple) and len(reply) == 2 and isinstance(reply[0], ClientUpdate)):
         return ClientFailure(client_id, "invalid", f"reply refused: a {type(reply).__name__}, not an upload")
     update, seconds = reply
     if update.client_id != client_id:
-        return ClientFailure(client_id, "invalid", f"reply refused: field 'client_id' is {update.client_id!r}")
+        return ClientFailure(client_id, "invalid", f"reply refused: field 'client_id' is {quoted(update.client_id)}")
     return update, float(seconds)
+
+
+def metric_range(metric: object) -> tuple[float, float]:
+    """The values a ``torchmetrics`` metric can take: its declared bounds, else all reals.
+
+    A metric declares them as ``plot_lower_bound`` and ``plot_upper_bound`` (``MulticlassAccuracy``: ``0.0`` and
+    ``1.0``; ``MeanMetric``: none).
+
+    Example:
+        >>> from torchmetrics import MeanMetric
+        >>> from torchmetrics.classification import MulticlassAccuracy
+        >>> metric_range(MulticlassAccuracy(3)), metric_range(MeanMetric())
+        ((0.0, 1.0), (-inf, inf))
+
+    """
+    low, high = getattr(metric, "plot_lower_bound", None), getattr(metric, "plot_upper_bound", None)
+    return (-math.inf if low is None else float(low)), (math.inf if high is None else float(high))
 
 
 def evaluation_reply(context: ClientContext, client_id: str, stage: str, reply: object) -> ClientEvaluation | None:
@@ -298,11 +328,15 @@ def evaluation_reply(context: ClientContext, client_id: str, stage: str, reply: 
         not set(reply.metrics) <= names
     ):  # a metric the client never updated is left out (fedhet.plugins.clients.local_loop)
         odd = sorted(set(reply.metrics) - names)[0]
-        raise InvalidUploadError(f"metric '{odd[:80]}' is not one the method computes")
+        raise InvalidUploadError(f"metric {quoted(odd)} is not one the method computes")
     if isinstance(reply.num_samples, bool) or not isinstance(reply.num_samples, int):
         raise InvalidUploadError(f"field 'num_samples' is a {type(reply.num_samples).__name__}")
     if not 1 <= reply.num_samples <= declared:
         raise InvalidUploadError(f"field 'num_samples' is {reply.num_samples}, expected an integer in [1, {declared}]")
+    for name, value in reply.metrics.items():
+        low, high = metric_range(metrics[name])
+        if not (math.isnan(value) or (math.isfinite(value) and low <= value <= high)):  # NaN: undefined, left out
+            raise InvalidUploadError(f"metric {quoted(name)} is {value}, outside its range [{low}, {high}]")
     directions = {name: bool(metric.higher_is_better) for name, metric in metrics.items()}
     return ClientEvaluation(
         {name: float(value) for name, value in reply.metrics.items()}, reply.num_samples, directions
@@ -344,7 +378,7 @@ class RemoteRunner(ClientRunner):
             try:
                 admitted = training_reply(cid, replies.get(cid, TimeoutError("no reply")))
             except Exception as err:  # whatever a node sent, it must not take the server down
-                admitted = ClientFailure(cid, "invalid", f"reply refused: {type(err).__name__}: {err}")
+                admitted = ClientFailure(cid, "invalid", f"reply refused: {type(err).__name__}: {str(err)[:500]}")
             if isinstance(admitted, ClientFailure):
                 uploads.failures.append(admitted)
                 continue

@@ -31,6 +31,7 @@ from fedhet.core import (
     ClientUpdate,
     InvalidUploadError,
     SpecLimits,
+    quoted,
 )
 from fedhet.plugins.clients.context import ClientEvaluation
 
@@ -61,7 +62,7 @@ def _numbers(record: Mapping[str, Any]) -> dict[str, float]:
     values = {}
     for name, value in record.items():
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise InvalidUploadError(f"metric '{name}' is a {type(value).__name__}, expected a number")
+            raise InvalidUploadError(f"metric {quoted(name)} is a {type(value).__name__}, expected a number")
         values[name] = float(value)
     return values
 
@@ -158,7 +159,7 @@ def decode_update(content: RecordDict, max_bytes: int = 2**62) -> tuple[ClientUp
         failure = content.config_records[_FAILURE]
         kind = _field(failure, "kind", str)
         if kind not in FAILURE_KINDS:
-            raise InvalidUploadError(f"field 'kind' is {kind[:40]!r}, not one of {FAILURE_KINDS}")
+            raise InvalidUploadError(f"field 'kind' is {quoted(kind)}, not one of {FAILURE_KINDS}")
         reason = _field(failure, "reason", str)[:_REASON_CHARS]
         return ClientFailure(_field(failure, "client_id", str), kind, reason)
     config = _record(content.config_records, _CONFIG, "config")

@@ -9,7 +9,6 @@ and admitting or rejecting that upload with the run's upload checks. A runner ne
 
 from __future__ import annotations
 
-import copy
 import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -36,6 +35,7 @@ from fedhet.core import (
 )
 from fedhet.core.seeding import derive_seed, seeded
 from fedhet.plugins.clients.local_loop import evaluate_client, run_local_training
+from fedhet.plugins.clients.meta_build import client_module
 from fedhet.plugins.clients.slots import ModuleSlot
 from fedhet.plugins.hooks.dispatch import CallbackHooks
 from fedhet.plugins.storage.client_store import ClientStore
@@ -187,9 +187,7 @@ class ClientContext:
     def build(self, client_id: str, seed: int) -> EngineModule:
         """A fresh module for ``client_id``, its layers created under ``seed``."""
         with seeded(seed, [self.fabric.device]):
-            module = copy.deepcopy(self.template)
-            module.setup_client(self.specs[client_id])
-            module.configure_model()
+            module = client_module(self.template, self.specs[client_id])
         module.to(self.fabric.device)
         return module
 

@@ -14,7 +14,7 @@ import io
 import json
 import os
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -22,8 +22,9 @@ import lightning
 import torch
 from lightning.fabric.utilities.cloud_io import get_filesystem
 from lightning.pytorch import LightningModule
+from torch import Tensor
 
-from fedhet.core import ClientSpec
+from fedhet.core import ClientSpec, quoted
 from fedhet.plugins.storage.files import atomic_torch_save, atomic_write, check_structure, hashed_name
 
 #: the checkpoint key holding the client's description (``ClientSpec.to_dict()``)
@@ -109,6 +110,11 @@ def _load_weights_only(checkpoint_path: str | os.PathLike[str] | IO[bytes]) -> A
         return torch.load(f, map_location="cpu", weights_only=True)
 
 
+def checkpoint_source(checkpoint_path: str | os.PathLike[str] | IO[bytes]) -> str:
+    """How a message names a client checkpoint: ``checkpoint '<path>'``."""
+    return f"checkpoint {str(checkpoint_path)!r}"
+
+
 def read_client_checkpoint(
     checkpoint_path: str | os.PathLike[str] | IO[bytes],
 ) -> tuple[dict[str, Any], ClientSpec | None]:
@@ -126,7 +132,7 @@ def read_client_checkpoint(
             dictionary, or holds a client description with a field of the wrong type or out of range (naming the field).
 
     """
-    source = f"checkpoint {str(checkpoint_path)!r}"
+    source = checkpoint_source(checkpoint_path)
     try:
         checkpoint = _load_weights_only(checkpoint_path)
     except Exception as err:
@@ -139,6 +145,43 @@ def read_client_checkpoint(
         raise ValueError(f"{source} holds a {type(checkpoint).__name__}, not a Lightning checkpoint dictionary")
     fields = checkpoint.get(CLIENT_SPEC_KEY)
     return checkpoint, ClientSpec.parse(fields, source) if fields is not None else None
+
+
+def check_built_shapes(built: Mapping[str, Tensor], stored: Mapping[str, Any], source: str, strict: bool) -> None:
+    """Refuse a checkpoint whose tensors are not the ones its module's hyperparameters build, before it is built.
+
+    Args:
+        built: the state of the module the checkpoint's hyperparameters build, built on the ``meta`` device
+            (:func:`~fedhet.plugins.clients.meta_build.on_meta`: shapes, no memory).
+        stored: the checkpoint's ``state_dict``.
+        source: the file, for the message.
+        strict: every tensor built must be stored and every tensor stored built (Lightning's ``strict``).
+
+    Raises:
+        ValueError: one line naming the file and the first tensor whose name or shape differs.
+
+    Example:
+        >>> built = {"w": torch.empty(60000, 60000, device="meta")}
+        >>> check_built_shapes(built, {"w": torch.zeros(4, 4)}, "a.ckpt", strict=True)
+        Traceback (most recent call last):
+        ...
+        ValueError: a.ckpt: its hyperparameters build tensor 'w' of shape (60000, 60000), but it holds (4, 4)
+
+    """
+    for name, tensor in stored.items():
+        if name not in built:
+            if strict:
+                raise ValueError(f"{source}: holds tensor {quoted(name)}, which its hyperparameters do not build")
+            continue
+        held = tuple(tensor.shape) if isinstance(tensor, Tensor) else type(tensor).__name__
+        shape = tuple(built[name].shape)
+        if held != shape:
+            raise ValueError(
+                f"{source}: its hyperparameters build tensor {quoted(name)} of shape {shape}, but it holds {held}"
+            )
+    missing = next((name for name in built if name not in stored), None)
+    if strict and missing is not None:
+        raise ValueError(f"{source}: its hyperparameters build tensor {quoted(missing)}, which it does not hold")
 
 
 def in_memory(checkpoint: dict[str, Any]) -> IO[bytes]:
