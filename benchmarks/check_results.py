@@ -9,11 +9,18 @@ commits were later rebased onto ``main`` stays fresh as long as the code it meas
 flagged when its footer names no commit, a commit this repository does not hold, or one measured with uncommitted
 changes to the measured paths (``<hash>-dirty``).
 
-A suite's results folder (``benchmarks/results/suites/<name>/``, written by ``fedhet compare``) is checked the same
-way from its ``table.md``, which names the suite file, the commit and the sha256 of the runs' resolved configs: it is
-stale when the suite file, a config it names (the methods' configs, the federations' data configs, as the suite file
-at the commit checked against names them) or ``src/fedhet`` differs, and flagged when it names no suite, no configs'
-sha256 or an unknown commit, or was written with uncommitted changes (``<hash>+dirty``).
+A suite's results folder (``benchmarks/results/suites/<name>/``, written by ``fedhet compare``) is judged run by run
+from its raw results (``runs.jsonl`` and ``sources.json``, :mod:`fedhet.experiments.raw`), which record what each run
+imported and read with its sha256: the fedhet modules (the method's module, its callbacks and maths, the engine, the
+data module), the user code its configs name by ``class_path``, its config files (and those they name) and the data
+files its datasets read. A run is **stale** only when one of those files differs at the commit checked against
+(content, not history: a file is compared by its sha256, so a run made with uncommitted changes is judged as well), or
+when the suite file no longer holds its federation, method or seed, or gives its method other fixed overrides or
+another config; a change anywhere else under ``src/fedhet`` leaves it fresh. A table is stale when one of its runs
+is, **unverifiable** when a run recorded no sources (a fedhet before the run record) or read a file outside the
+repository, and **no raw results** when its folder holds no ``runs.jsonl`` (a table from before raw results were
+kept: regenerate it with ``fedhet compare``). A changed search space or tuning budget is not seen here (``fedhet
+compare`` tunes again in a new study and runs the method again).
 
 Usage::
 
@@ -26,6 +33,8 @@ Nothing is regenerated; the table says which script (or ``fedhet compare -c <sui
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import posixpath
 import re
 import subprocess
@@ -53,9 +62,10 @@ DEFAULT_MEASURED = ("src/fedhet",)
 _COMMAND = re.compile(r"python (?:benchmarks/)?([\w/]+)\.py|benchmarks/([\w/]+)\.py")  # the first script named
 _COMMIT = re.compile(r"^- commit: `([^`]*)`", re.MULTILINE)
 _SUITE = re.compile(r"^- suite: `([^`]*)`", re.MULTILINE)
-_CONFIGS_SHA = re.compile(r"^- configs_sha256: `[0-9a-f]{64}`", re.MULTILINE)
 SUITE_TABLES = "suites/*/table.md"
 """A suite's results (``fedhet compare``), under ``benchmarks/results/``."""
+RUNS_FILE, SOURCES_FILE = "runs.jsonl", "sources.json"
+OUTSIDE = "<outside>"  # a file a run read outside any work tree (fedhet.core.provenance.repo_label)
 
 
 @dataclass(frozen=True)
@@ -65,8 +75,11 @@ class Verdict:
     results: str
     script: str  # the script, or a suite's results: the suite file
     commit: str
-    status: str  # "fresh", "stale", "unknown" (no command or commit, or a commit git does not hold) or "dirty"
+    status: str  # "fresh", "stale", "unknown" (no command or commit, or a commit git does not hold), "dirty",
+    # for a suite also "unverifiable" (a run recorded no sources, or read a file outside the repository) and
+    # "no raw results"
     changed: tuple[str, ...] = ()  # stale: the measured files that differ
+    stale_runs: tuple[str, ...] = ()  # a suite's stale runs ("<method> on <federation> seed <s>")
 
 
 def _git(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -76,26 +89,6 @@ def _git(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
 def measured_paths(script: str) -> tuple[str, ...]:
     """The repository paths whose content a script's results depend on."""
     return (f"benchmarks/{script}.py", "benchmarks/_common.py", *MEASURED.get(script, DEFAULT_MEASURED))
-
-
-def suite_paths(root: Path, suite: str, against: str = "HEAD") -> tuple[str, ...]:
-    """The repository paths a suite's results depend on: the suite file, the configs it names, ``src/fedhet``.
-
-    Args:
-        root: the repository's root.
-        suite: the suite file, relative to ``root``.
-        against: the commit whose suite file is read (a suite file it does not hold names no config).
-
-    """
-    shown = _git(root, "show", f"{against}:{suite}")
-    raw = yaml.safe_load(shown.stdout) if shown.returncode == 0 else None
-    raw = raw if isinstance(raw, dict) else {}
-    methods = raw.get("methods") if isinstance(raw.get("methods"), dict) else {}
-    federations = raw.get("federations") if isinstance(raw.get("federations"), dict) else {}
-    named = [m.get("config") for m in methods.values() if isinstance(m, dict)] + list(federations.values())
-    folder = posixpath.dirname(suite)
-    configs = sorted({posixpath.normpath(posixpath.join(folder, p)) for p in named if isinstance(p, str) and p})
-    return (suite, *configs, *DEFAULT_MEASURED)
 
 
 def _verdict(root: Path, results: Path, script: str, recorded: str, paths: list[str], against: str) -> Verdict:
@@ -129,21 +122,114 @@ def check_file(root: Path, results: Path, against: str = "HEAD") -> Verdict:
     return _verdict(root, results, script, commit.group(1), paths, against)
 
 
+class _Contents:
+    """The sha256 of files at one commit, each read once (``None``: the commit holds no such file)."""
+
+    def __init__(self, root: Path, against: str) -> None:
+        self.root, self.against = root, against
+        self._known: dict[str, str | None] = {}
+
+    def sha256(self, path: str) -> str | None:
+        if path not in self._known:
+            shown = subprocess.run(["git", "show", f"{self.against}:{path}"], cwd=self.root, capture_output=True)
+            self._known[path] = hashlib.sha256(shown.stdout).hexdigest() if shown.returncode == 0 else None
+        return self._known[path]
+
+
+def _module_paths(module: str) -> tuple[str, str]:
+    """Where a fedhet module's source lives in the repository: a file, or a package's ``__init__.py``."""
+    base = "src/" + module.replace(".", "/")
+    return f"{base}.py", f"{base}/__init__.py"
+
+
+def _suite_entry(root: Path, suite: str, against: str) -> dict[str, object]:
+    """The suite file as ``against`` holds it (empty when it holds none or it is not a mapping)."""
+    shown = _git(root, "show", f"{against}:{suite}")
+    raw = yaml.safe_load(shown.stdout) if shown.returncode == 0 else None
+    return raw if isinstance(raw, dict) else {}
+
+
+def _changed_inputs(row: dict[str, object], sources: dict[str, str], files: _Contents) -> tuple[list[str], list[str]]:
+    """The files a run imported or read that differ at the commit checked against, and those it cannot judge."""
+    changed, unverifiable = [], []
+    for module, digest in sources.items():
+        if module.split(".")[0] != "fedhet":
+            continue  # user modules are judged from the run's user code, file by file
+        found = [path for path in _module_paths(module) if files.sha256(path) is not None]
+        if not found:
+            changed.append(f"{_module_paths(module)[0]} (removed)")
+        elif files.sha256(found[0]) != digest:
+            changed.append(found[0])
+    for field in ("config_files", "data_files", "user_code"):
+        recorded = row.get(field) or {}
+        for label, digest in recorded.items() if isinstance(recorded, dict) else ():
+            if label.startswith(OUTSIDE):
+                unverifiable.append(label)
+                continue
+            found = [path for path in (label, f"src/{label}") if files.sha256(path) is not None]
+            if not found or files.sha256(found[0]) != digest:
+                changed.append(label if found else f"{label} (removed)")
+    return changed, unverifiable
+
+
+def _suite_changes(row: dict[str, object], suite: str, entry: dict[str, object]) -> list[str]:
+    """How the suite file no longer describes a run: its federation, method or seed gone, other overrides or config."""
+    methods = entry.get("methods") if isinstance(entry.get("methods"), dict) else {}
+    federations = entry.get("federations") if isinstance(entry.get("federations"), dict) else {}
+    seeds = entry.get("seeds") if isinstance(entry.get("seeds"), list) else []
+    method = methods.get(row["method"]) if isinstance(methods, dict) else None
+    if not isinstance(method, dict) or row["federation"] not in federations or row["seed"] not in seeds:
+        return [f"{suite} (no longer runs it)"]
+    tuned = row.get("tuned") if isinstance(row.get("tuned"), dict) else {}
+    overrides = row.get("overrides") if isinstance(row.get("overrides"), dict) else {}
+    fixed = {k: v for k, v in overrides.items() if k not in tuned}
+    if json.dumps(method.get("overrides") or {}, sort_keys=True) != json.dumps(fixed, sort_keys=True):
+        return [f"{suite} ({row['method']}'s overrides)"]
+    folder = posixpath.dirname(suite)
+    named = [method.get("config"), federations.get(row["federation"])]
+    configs = row.get("config_files") if isinstance(row.get("config_files"), dict) else {}
+    for path in (posixpath.normpath(posixpath.join(folder, p)) for p in named if isinstance(p, str) and p):
+        if path not in configs:
+            return [f"{suite} ({row['method']} on {row['federation']} names {path})"]
+    return []
+
+
 def check_suite(root: Path, table: Path, against: str = "HEAD") -> Verdict:
-    """The verdict on a suite's results folder, from its ``table.md`` (``table`` relative to ``root``).
+    """The verdict on a suite's results folder, run by run from its raw results (``table`` relative to ``root``).
 
     Args:
         root: the repository's root.
         table: the suite's ``table.md``, relative to ``root``.
-        against: the commit whose suite file, configs and library the results should describe.
+        against: the commit whose files the results should describe.
 
     """
     text = (root / table).read_text()
-    suite, commit = _SUITE.search(text), _COMMIT.search(text)
-    name = suite.group(1) if suite else "?"
-    if suite is None or commit is None or _CONFIGS_SHA.search(text) is None:
-        return Verdict(str(table), name, commit.group(1) if commit else "", "unknown")
-    return _verdict(root, table, name, commit.group(1), list(suite_paths(root, name, against)), against)
+    suite_match, commit_match = _SUITE.search(text), _COMMIT.search(text)
+    suite = suite_match.group(1) if suite_match else "?"
+    commit = commit_match.group(1) if commit_match else ""
+    folder = root / table.parent
+    if not (folder / RUNS_FILE).is_file():
+        return Verdict(str(table), suite, commit, "no raw results")
+    rows = [json.loads(line) for line in (folder / RUNS_FILE).read_text().splitlines() if line.strip()]
+    sources = json.loads((folder / SOURCES_FILE).read_text()) if (folder / SOURCES_FILE).is_file() else {}
+    commits = sorted({str(row.get("commit")) for row in rows})
+    commit = commits[0] if len(commits) == 1 else f"mixed ({len(commits)})"
+    files, entry = _Contents(root, against), _suite_entry(root, suite, against)
+    changed: dict[str, None] = {}
+    stale, unverifiable = [], False
+    for row in rows:
+        recorded = sources.get(str(row.get("sources_sha256")))
+        if not isinstance(recorded, dict) or not row.get("config_files"):
+            unverifiable = True
+            continue
+        differ, unknown = _changed_inputs(row, recorded, files)
+        differ += _suite_changes(row, suite, entry)
+        unverifiable = unverifiable or bool(unknown)
+        if differ:
+            stale.append(f"{row['method']} on {row['federation']} seed {row['seed']}")
+            changed.update(dict.fromkeys(differ))
+    status = "stale" if stale else "unverifiable" if unverifiable else "fresh"
+    return Verdict(str(table), suite, commit, status, tuple(changed), tuple(stale))
 
 
 def check_all(root: Path = ROOT, against: str = "HEAD") -> list[Verdict]:
@@ -167,9 +253,13 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---|---|---|---|")
     for v in verdicts:
         changed = ", ".join(v.changed[:3]) + (f" (+{len(v.changed) - 3})" if len(v.changed) > 3 else "")
+        if v.stale_runs:
+            changed = f"{len(v.stale_runs)} runs: {changed}"
         print(f"| {Path(v.results).relative_to(RESULTS)} | {v.script} | {v.commit} | {v.status} | {changed} |")
     bad = [v for v in verdicts if v.status != "fresh"]
-    print(f"\n{len(verdicts) - len(bad)} fresh, {len(bad)} stale or unverifiable", file=sys.stderr)
+    counts = {status: sum(v.status == status for v in verdicts) for status in dict.fromkeys(v.status for v in bad)}
+    detail = ", ".join(f"{n} {status}" for status, n in counts.items())
+    print(f"\n{len(verdicts) - len(bad)} fresh, {len(bad)} not ({detail or 'none'})", file=sys.stderr)
     return 0 if args.no_fail or not bad else 1
 
 

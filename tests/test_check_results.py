@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
+import json
 import shutil
 import subprocess
 import sys
@@ -122,83 +124,137 @@ def test_a_script_in_a_subfolder_is_measured_code(repo: Path) -> None:
 
 
 SUITE = """name: s
-federations: {heart: ../../configs/data/heart.yaml, own: null}
+federations: {heart: ../../configs/data/heart.yaml}
 methods:
   fedavg: {config: ../../configs/fedavg/x.yaml}
   fedrep: {config: ../../configs/fedrep/x.yaml, overrides: {trainer.rounds: 2}}
-seeds: [0]
+seeds: [0, 1]
 baseline: fedavg
 """
-TABLE = Path("benchmarks/results/suites/s/table.md")
+FOLDER = Path("benchmarks/results/suites/s")
+TABLE = FOLDER / "table.md"
+HEART = "src/fedhet/datamodules/datasets/data/heart.csv"  # an installed copy names it from the package's folder
+CODE = {  # module -> file, as a run records the modules it imported (not src/fedhet/unused.py)
+    "fedhet": "src/fedhet/__init__.py",
+    "fedhet.modules.fedrep": "src/fedhet/modules/fedrep.py",
+    "fedhet.plugins.rounds": "src/fedhet/plugins/rounds/__init__.py",
+}
+FILES = {
+    **{path: f"# {path}\n" for path in CODE.values()},
+    "src/fedhet/unused.py": "x = 1\n",
+    HEART: "a,b\n1,2\n",
+    "mydata/sites.py": "x = 1\n",
+    **{f"configs/{name}": "a: 1\n" for name in ("data/heart.yaml", "fedavg/x.yaml", "fedrep/x.yaml", "fedrep/y.yaml")},
+    "benchmarks/suites/s.yaml": SUITE,
+}
 
 
-def _suite_table(commit: str, suite: str = "benchmarks/suites/s.yaml", sha: str = "ab" * 32) -> str:
-    return f"# Suite s\n\n- suite: `{suite}`\n- commit: `{commit}`\n- configs_sha256: `{sha}`\n\n| a |\n|---|\n"
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _run(method: str, seed: int, **more: object) -> dict[str, object]:
+    configs = [f"configs/{method}/x.yaml", "configs/data/heart.yaml"]
+    return {
+        "federation": "heart",
+        "method": method,
+        "seed": seed,
+        "tuned": {"model.init_args.lr": 0.1} if method == "fedrep" else {},
+        "overrides": {"trainer.rounds": 2, "model.init_args.lr": 0.1} if method == "fedrep" else {},
+        "commit": "c0ffee",
+        "sources_sha256": "s1",
+        "config_files": {path: _sha(FILES[path]) for path in configs},
+        "data_files": {
+            "fedhet/datamodules/datasets/data/heart.csv": _sha(FILES["src/fedhet/datamodules/datasets/data/heart.csv"])
+        },
+        "user_code": {"mydata/sites.py": _sha(FILES["mydata/sites.py"])},
+        **more,
+    }
+
+
+def _write_results(repo: Path, rows: list[dict[str, object]], sources: dict[str, object] | None = None) -> None:
+    files = {
+        str(TABLE): "# Suite s\n\n- suite: `benchmarks/suites/s.yaml`\n- commit: `c0ffee`\n",
+        str(FOLDER / "runs.jsonl"): "".join(json.dumps(row) + "\n" for row in rows),
+        str(FOLDER / "sources.json"): json.dumps(
+            {"s1": {module: _sha(FILES[path]) for module, path in CODE.items()}} if sources is None else sources
+        ),
+    }
+    _commit(repo, files, "results")
 
 
 @pytest.fixture
-def suite_repo(repo: Path) -> tuple[Path, str]:
-    """``repo`` with a suite naming two method configs and a data config, and its results at the suite's commit."""
-    configs = {
-        f"configs/{name}": "a: 1\n" for name in ("data/heart.yaml", "fedavg/x.yaml", "fedrep/x.yaml", "fedper/x.yaml")
-    }
-    _commit(repo, {"benchmarks/suites/s.yaml": SUITE, **configs}, "suite")
-    measured = _git(repo, "rev-parse", "HEAD")  # fedhet compare records the full hash
-    _commit(repo, {str(TABLE): _suite_table(measured)}, "results")
-    return repo, measured
+def suite_repo(repo: Path) -> Path:
+    """``repo`` with a suite, the code and files its runs imported and read, and raw results of its four runs."""
+    _commit(repo, FILES, "suite")
+    _write_results(repo, [_run(m, s) for m in ("fedavg", "fedrep") for s in (0, 1)])
+    return repo
 
 
-def test_suite_results_fresh_until_the_suite_or_a_config_it_names_changes(suite_repo: tuple[Path, str]) -> None:
-    repo, _ = suite_repo
-    _commit(repo, {"configs/fedper/x.yaml": "a: 2\n", "docs/notes.md": "c\n"}, "a config the suite does not name")
+def test_a_suite_run_is_stale_only_when_a_file_it_imported_or_read_changed(suite_repo: Path) -> None:
+    repo = suite_repo
     verdict = check_results.check_suite(repo, TABLE)
-    assert (verdict.script, verdict.status, verdict.changed) == ("benchmarks/suites/s.yaml", "fresh", ())
-    for path in ("configs/data/heart.yaml", "configs/fedrep/x.yaml", "src/fedhet/plugins/rounds/trainer.py"):
+    assert (verdict.script, verdict.commit, verdict.status, verdict.changed) == (
+        "benchmarks/suites/s.yaml", "c0ffee", "fresh", ()
+    )  # fmt: skip
+    _commit(repo, {"src/fedhet/unused.py": "x = 2\n", "configs/fedrep/y.yaml": "a: 2\n"}, "code no run imported")
+    assert check_results.check_suite(repo, TABLE).status == "fresh"  # not any change under src/fedhet
+    for path, label in [
+        ("src/fedhet/modules/fedrep.py", "src/fedhet/modules/fedrep.py"),  # a module the runs imported
+        ("configs/data/heart.yaml", "configs/data/heart.yaml"),  # a config they read
+        ("src/fedhet/datamodules/datasets/data/heart.csv", "fedhet/datamodules/datasets/data/heart.csv"),  # data
+        ("mydata/sites.py", "mydata/sites.py"),  # user code a config names by class_path
+    ]:
         before = (repo / path).read_text()
         _commit(repo, {path: before + "# changed\n"}, f"change {path}")
         verdict = check_results.check_suite(repo, TABLE)
-        assert (verdict.status, verdict.changed) == ("stale", (path,))
+        assert (verdict.status, verdict.changed) == ("stale", (label,))
+        assert len(verdict.stale_runs) == 4
         _commit(repo, {path: before}, "revert")  # content, not history, decides
         assert check_results.check_suite(repo, TABLE).status == "fresh"
-    _commit(repo, {"benchmarks/suites/s.yaml": SUITE.replace("seeds: [0]", "seeds: [0, 1]")}, "more seeds")
-    assert check_results.check_suite(repo, TABLE).changed == ("benchmarks/suites/s.yaml",)
+    _commit(repo, {"configs/fedrep/x.yaml": "a: 3\n"}, "fedrep's config only")
+    verdict = check_results.check_suite(repo, TABLE)
+    assert verdict.stale_runs == ("fedrep on heart seed 0", "fedrep on heart seed 1")
 
 
-def test_a_method_added_to_the_suite_makes_it_stale(suite_repo: tuple[Path, str]) -> None:
-    """A method added to the suite (its config unchanged since the results) changes the suite file: stale."""
-    repo, _ = suite_repo
-    added = SUITE.replace("seeds: [0]", "  fedper: {config: ../../configs/fedper/x.yaml}\nseeds: [0]")
-    _commit(repo, {"benchmarks/suites/s.yaml": added}, "a method more")
-    assert check_results.suite_paths(repo, "benchmarks/suites/s.yaml") == (
-        "benchmarks/suites/s.yaml",
-        "configs/data/heart.yaml",
-        "configs/fedavg/x.yaml",
-        "configs/fedper/x.yaml",
-        "configs/fedrep/x.yaml",
-        "src/fedhet",
-    )
-    assert check_results.check_suite(repo, TABLE).changed == ("benchmarks/suites/s.yaml",)
+def test_a_suite_that_no_longer_describes_a_run_makes_it_stale(suite_repo: Path) -> None:
+    repo = suite_repo
+    _commit(repo, {"benchmarks/suites/s.yaml": SUITE.replace("seeds: [0, 1]", "seeds: [0, 1, 2]")}, "a seed more")
+    assert check_results.check_suite(repo, TABLE).status == "fresh"  # the table covers fewer runs, none is stale
+    for edit, why in [
+        (SUITE.replace("seeds: [0, 1]", "seeds: [0]"), "no longer runs it"),
+        (SUITE.replace("trainer.rounds: 2", "trainer.rounds: 3"), "fedrep's overrides"),
+        (SUITE.replace("fedrep/x.yaml", "fedrep/y.yaml"), "names configs/fedrep/y.yaml"),
+    ]:
+        _commit(repo, {"benchmarks/suites/s.yaml": edit}, why)
+        verdict = check_results.check_suite(repo, TABLE)
+        assert verdict.status == "stale"
+        assert why in verdict.changed[0]
+        _commit(repo, {"benchmarks/suites/s.yaml": SUITE}, "revert")
 
 
-@pytest.mark.parametrize(
-    ("commit", "text", "status"),
-    [
-        ("0123456789abcdef0123456789abcdef01234567", None, "unknown"),  # a commit this repository does not hold
-        ("{measured}+dirty", None, "dirty"),  # written with uncommitted changes
-        ("{measured}", "# Suite s\n\n- commit: `{measured}`\n", "unknown"),  # names no suite, no configs' sha256
-    ],
-)
-def test_unverifiable_suite_results_are_flagged(
-    suite_repo: tuple[Path, str], commit: str, text: str | None, status: str
-) -> None:
-    repo, measured = suite_repo
-    table = _suite_table(commit.format(measured=measured)) if text is None else text.format(measured=measured)
-    _commit(repo, {str(TABLE): table}, "results")
-    assert check_results.check_suite(repo, TABLE).status == status
+def test_a_module_that_is_gone_makes_its_runs_stale(suite_repo: Path) -> None:
+    _git(suite_repo, "rm", "-q", "src/fedhet/modules/fedrep.py")
+    _git(suite_repo, "commit", "-q", "-m", "moved away")
+    assert check_results.check_suite(suite_repo, TABLE).changed == ("src/fedhet/modules/fedrep.py (removed)",)
 
 
-def test_check_all_lists_suite_results_beside_the_files(suite_repo: tuple[Path, str]) -> None:
-    repo, measured = suite_repo
+def test_tables_without_raw_results_or_sources_say_so(suite_repo: Path) -> None:
+    repo = suite_repo
+    _write_results(repo, [_run("fedavg", 0), _run("fedavg", 1, sources_sha256=None)])  # a run of an older fedhet
+    assert check_results.check_suite(repo, TABLE).status == "unverifiable"
+    outside = _run("fedavg", 0, data_files={"<outside>/covtype.data.gz": "ab" * 32})
+    _write_results(repo, [outside])
+    assert check_results.check_suite(repo, TABLE).status == "unverifiable"
+    _git(repo, "rm", "-q", str(FOLDER / "runs.jsonl"))
+    _git(repo, "commit", "-q", "-m", "a table from before raw results")
+    (verdict,) = [v for v in check_results.check_all(repo) if v.results == str(TABLE)]
+    assert (verdict.status, verdict.commit) == ("no raw results", "c0ffee")
+
+
+def test_check_all_lists_suite_results_beside_the_files(suite_repo: Path) -> None:
+    repo = suite_repo
+    measured = _git(repo, "rev-parse", "HEAD")
     _commit(repo, {"benchmarks/results/scale.md": _results(measured)}, "a script's results")
     verdicts = {v.results: v.status for v in check_results.check_all(repo)}
     assert verdicts == {"benchmarks/results/scale.md": "fresh", str(TABLE): "fresh"}

@@ -85,6 +85,7 @@ def _check_raw_results(tmp_path: Path, path: Path, values: dict[str, list[float]
         assert all(k == "round" or k.count("/") == 1 for row in r["val"] for k in row)
         assert set(r["cpu"]) == {"startup", "rounds", "evaluation"}
         assert r["threads"] == 1
+        assert set(r["config_files"]) == {f"configs/{r['method']}/digits.yaml"}  # by their path in the repository
     assert [r["tuned"] for r in runs] == [{}, {}, *[{"model.init_args.lr": tuned}] * 2]
     trials = [json.loads(line) for line in (res / "trials.jsonl").read_text().splitlines()]
     assert [(t["method"], t["number"], t["state"]) for t in trials] == [("fedrep", n, "COMPLETE") for n in range(3)]

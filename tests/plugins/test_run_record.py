@@ -127,3 +127,16 @@ def test_user_code_is_every_file_of_the_packages_a_class_path_names(tmp_path):
     (package / "helpers.py").write_text("def scale(x):\n    return 2 * x\n")  # a module the named one imports
     assert user_code_digests(named, [tmp_path])["mydata/helpers.py"] != before["mydata/helpers.py"]
     assert user_code_digests(["fedhet.modules.FedAvg"], [tmp_path]) == {}
+
+
+def test_data_files_read_are_named_by_their_path_in_the_repository(tmp_path):
+    bundled = PACKAGE / "datamodules" / "datasets" / "data" / "cleveland.csv"
+    provenance.note_read(bundled, bundled.read_bytes())
+    outside = tmp_path / "covtype.data"
+    outside.write_bytes(b"1,2\n")
+    provenance.note_read(outside, outside.read_bytes())  # no folder of this machine in a record
+    read = provenance.files_read()
+    assert (
+        read["src/fedhet/datamodules/datasets/data/cleveland.csv"] == hashlib.sha256(bundled.read_bytes()).hexdigest()
+    )
+    assert read["<outside>/covtype.data"] == hashlib.sha256(b"1,2\n").hexdigest()

@@ -10,7 +10,9 @@ threads). What a run records of them:
 - :func:`environment`: the environment fingerprint, torch's version and build, the CPU capability torch dispatches
   to, the CPU model, Python and the operating system; :func:`environment_id` names it in 12 hex digits;
 - :func:`module_digests`: the sha256 of every source file of fedhet, and of the user packages a config names by
-  ``class_path``, that the process imported: what a run's result is stale after.
+  ``class_path``, that the process imported: what a run's result is stale after;
+- :func:`files_read`: the sha256 of every data file the process's datasets read (:func:`note_read`), named by
+  :func:`repo_label`: its path in its git work tree, never a folder of the machine.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -29,6 +32,10 @@ from typing import Any
 import torch
 
 PACKAGE = "fedhet"
+OUTSIDE = "<outside>"
+"""The label prefix of a file outside any git work tree and outside the fedhet package (only its name is kept)."""
+
+_READ: dict[str, str] = {}  # the data files this process read: label -> sha256
 
 
 @dataclass(frozen=True)
@@ -205,3 +212,35 @@ def user_code_digests(class_paths: Iterable[str], search: Iterable[str | Path] =
             if path.is_file() and "__pycache__" not in path.parts:
                 digests[path.relative_to(origin.parent).as_posix()] = file_sha256(path)
     return digests
+
+
+@functools.lru_cache(maxsize=256)
+def _work_tree(folder: str) -> Path | None:
+    top = _git(Path(folder), "rev-parse", "--show-toplevel")
+    return Path(top.strip()).resolve() if top and top.strip() else None
+
+
+def repo_label(path: str | os.PathLike[str]) -> str:
+    """How a run record names a file: its path in its git work tree, with no folder of the machine in it.
+
+    A file in no work tree is named from the fedhet package's parent folder when it lies in the package (an
+    installed copy's bundled data: ``fedhet/datamodules/datasets/data/...``), else ``<outside>/<name>``.
+    """
+    resolved = Path(path).resolve()
+    top = _work_tree(str(resolved.parent)) if resolved.parent.is_dir() else None
+    if top is not None and resolved.is_relative_to(top):
+        return resolved.relative_to(top).as_posix()
+    parent = Path(str(sys.modules[PACKAGE].__file__)).resolve().parent.parent
+    if resolved.is_relative_to(parent):
+        return resolved.relative_to(parent).as_posix()
+    return f"{OUTSIDE}/{resolved.name}"
+
+
+def note_read(path: str | os.PathLike[str], content: bytes) -> None:
+    """Note that this process read the data file ``path`` (its bytes ``content``): the run record lists it."""
+    _READ[repo_label(path)] = hashlib.sha256(content).hexdigest()
+
+
+def files_read() -> dict[str, str]:
+    """``label -> sha256`` of the data files this process read so far (:func:`note_read`)."""
+    return dict(sorted(_READ.items()))

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from fedhet.core.provenance import note_read
 from fedhet.datamodules.datasets._common import fit_standardizer
 
 ColumnKind = Literal["numeric", "categorical"]
@@ -101,6 +102,7 @@ def read_site_table(path: Path) -> SiteTable:
         raw = path.read_bytes()
     except OSError as err:
         raise ValueError(f"{path.name}: cannot be read ({err.strerror or err})") from None
+    note_read(path, raw)
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as err:

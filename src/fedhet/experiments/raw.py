@@ -68,6 +68,8 @@ def run_row(suite: str, result: Mapping[str, Any], tuned: Mapping[str, Any]) -> 
         "config_sha256": result.get("resolved_config_sha256"),
         "data_sha256": result.get("data_sha256"),
         "user_code": result.get("user_code"),
+        "config_files": result.get("config_files"),
+        "data_files": result.get("data_files"),
         "sources_sha256": result.get("sources_sha256"),
     }
 

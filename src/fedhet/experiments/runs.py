@@ -36,7 +36,7 @@ from typing import Any
 import yaml
 from filelock import FileLock, Timeout
 
-from fedhet.core.provenance import digest_of, file_sha256, user_code_digests
+from fedhet.core.provenance import digest_of, file_sha256, repo_label, user_code_digests
 from fedhet.plugins.storage.run_record import (
     CpuSeconds,
     RunRecord,
@@ -428,10 +428,17 @@ def _execute(spec: RunSpec) -> dict[str, Any]:
         **dict(spec.tags),
         **summarise(fit_rows, test_rows),
         **provenance(records, user_code(spec.configs, dict(spec.overrides))),
+        "config_files": config_files(spec),
     }
     if spec.test:
         write_result(spec.folder, result)
     return result
+
+
+def config_files(spec: RunSpec) -> dict[str, str]:
+    """``file -> sha256`` of a run's config files and those they name, each by its path in its git work tree."""
+    paths = [*map(Path, spec.configs), *named_configs(spec.configs, dict(spec.overrides))]
+    return {repo_label(path): file_sha256(path) for path in paths}
 
 
 def provenance(records: Sequence[RunRecord | None], user: Mapping[str, str]) -> dict[str, Any]:
@@ -450,8 +457,10 @@ def provenance(records: Sequence[RunRecord | None], user: Mapping[str, str]) -> 
     kept = [r for r in records if r is not None]
     fit = kept[0]
     sources: dict[str, str] = {}
+    data: dict[str, str] = {}
     for record in kept:
         sources.update(record.sources)
+        data.update(record.data_files)
     cpu = sum((r.cpu for r in kept), CpuSeconds())
     return {
         "commit": fit.commit + ("+dirty" if any(r.dirty for r in kept) else ""),
@@ -464,5 +473,6 @@ def provenance(records: Sequence[RunRecord | None], user: Mapping[str, str]) -> 
         "data_sha256": fit.data_sha256,
         "sources": sources,
         "sources_sha256": digest_of(sources),
+        "data_files": data,
         "user_code": dict(user),
     }

@@ -15,6 +15,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from fedhet.core.provenance import note_read
+
 DATA_ENV_VAR = "FEDHET_DATA"
 """Environment variable naming a folder where loaders look for data that is not bundled with fedhet."""
 
@@ -60,7 +62,9 @@ def vendored_bytes(name: str) -> bytes:
 
     """
     expected = VENDORED_SHA256[name]
-    raw = resources.files(__package__).joinpath("data").joinpath(name).read_bytes()
+    source = resources.files(__package__).joinpath("data").joinpath(name)
+    raw = source.read_bytes()
+    note_read(str(source), raw)
     found = hashlib.sha256(raw).hexdigest()
     if found != expected:
         raise OSError(f"bundled data file '{name}' has sha256 {found}, expected {expected}; reinstall fedhet")

