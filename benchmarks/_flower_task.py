@@ -27,7 +27,7 @@ class Classifier(nn.Module):
 def cnn28_body() -> nn.Sequential:
     """The Fashion-MNIST CNN body of FedPAC's experiments (Xu et al., ICLR 2023, appendix B.1).
 
-    ``(B, 1, 28, 28)`` -> ``(B, 128)``; layer for layer fedhet's ``fedhet.modules.fedpac_nets.cnn28_body``.
+    ``(B, 1, 28, 28)`` -> ``(B, 128)``; layer for layer fedhet's ``fedhet.modules.image_cnns.cnn28_body``.
     """
     return nn.Sequential(
         nn.Conv2d(1, 16, 5),

@@ -52,7 +52,7 @@ MEASURED: dict[str, tuple[str, ...]] = {
     "engine_overhead_profile": ("src/fedhet/plugins", "src/fedhet/datamodules", "src/fedhet/modules"),
     "describe_federations": ("src/fedhet/datamodules", "configs"),
     "collective_latency": ("src/fedhet/plugins/processes/shared_memory.py",),
-    "stacked_cnn_step": ("src/fedhet/modules/fedpac_nets.py", "src/fedhet/functional/stacking.py"),
+    "stacked_cnn_step": ("src/fedhet/modules/image_cnns.py", "src/fedhet/functional/stacking.py"),
     "stacked_methods": ("src/fedhet", "benchmarks/_fedpac_recipes.py"),  # --fedpac-scale: those recipes
     "fedpac_qp": ("src/fedhet", "benchmarks/_fedpac_recipes.py"),
     "heap_retention": ("src/fedhet", "benchmarks/engine_overhead.py"),  # its workloads

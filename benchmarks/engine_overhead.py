@@ -37,7 +37,7 @@ The workloads (``--workload``):
       client's compute is about a millisecond, so the ratio measures the engine's cost per client.
     * ``cnn`` (realistic): the FedPAC paper's Fashion-MNIST recipe (Xu, Tong & Huang, ICLR 2023) on synthetic
       standard-normal 1 x 28 x 28 images: 600 training samples per client, its CNN (``FedAvg(network="cnn")``;
-      the reference builds the same layers from ``fedhet.modules.fedpac_nets.cnn28_body``), E = 5 epochs of batch 50
+      the reference builds the same layers from ``fedhet.modules.image_cnns.cnn28_body``), E = 5 epochs of batch 50
       (60 steps per client and round), SGD lr 0.01, momentum 0.5, weight decay 5e-4; the reference clears its one
       optimizer's momenta before each client (fedhet gives each client a fresh optimizer state). No stacked side
       (the vmap reference trains one epoch). Results go to ``engine_overhead_cnn.{csv,md}``.
@@ -232,13 +232,13 @@ class ReferenceNet(nn.Module):
     """FedAvg's network for the workload in plain PyTorch, with the same parameter names.
 
     ``tiny`` and ``mlp``: flatten, ``Linear(d, hidden)``, ReLU, ``Linear(hidden, 10)``; ``cnn``: the FedPAC paper's
-    CNN body (``fedhet.modules.fedpac_nets.cnn28_body``, plain ``nn`` layers) and a linear head.
+    CNN body (``fedhet.modules.image_cnns.cnn28_body``, plain ``nn`` layers) and a linear head.
     """
 
     def __init__(self, workload: Workload) -> None:
         super().__init__()
         if workload.network == "cnn":
-            from fedhet.modules.fedpac_nets import FEATURE_DIM, cnn28_body
+            from fedhet.modules.image_cnns import FEATURE_DIM, cnn28_body
 
             self.body: nn.Module = cnn28_body(workload.input_shape[0])
             self.head = nn.Linear(FEATURE_DIM, NUM_CLASSES)

@@ -27,7 +27,7 @@ The sides:
       ``run_simulation`` (which then reuses it), so its start-up is timed on its own.
     * **fedhet**: ``FederatedTrainer.fit(FedAvg(...), FederatedDataModule.from_tensors(...))`` with no logger,
       progress display or checkpoints, on 1 process and on ``--cpus`` processes (``devices``); the CNN task's FedAvg
-      is ``FedAvg(network="cnn")``, the same CNN (``fedhet.modules.fedpac_nets.cnn28_body``).
+      is ``FedAvg(network="cnn")``, the same CNN (``fedhet.modules.image_cnns.cnn28_body``).
 
 What is measured:
     Each side runs as its own process tree, started by this script. ``wall`` is the whole command (interpreter

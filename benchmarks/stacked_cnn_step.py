@@ -1,7 +1,7 @@
 """Why stacking does not speed the FedPAC paper's CNN on a CPU: one training step of K clients, separate or vmapped.
 
 What is compared:
-    The FedPAC paper's Fashion-MNIST network (``fedhet.modules.fedpac_nets.cnn28_body`` and a linear head to 10
+    The FedPAC paper's Fashion-MNIST network (``fedhet.modules.image_cnns.cnn28_body`` and a linear head to 10
     classes, Xu, Tong & Huang, ICLR 2023) for ``--clients`` K clients, each with its own weights and its own batch of
     ``--batch`` standard-normal 1 x 28 x 28 images:
 
@@ -42,7 +42,7 @@ from torch.profiler import profile
 
 from _common import environment, write_table
 from fedhet.functional import stack_states
-from fedhet.modules.fedpac_nets import FEATURE_DIM, cnn28_body
+from fedhet.modules.image_cnns import FEATURE_DIM, cnn28_body
 
 COLUMNS = {
     "side": "side",

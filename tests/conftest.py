@@ -1,4 +1,5 @@
 import os
+from pathlib import Path
 
 import lightning
 import pytest
@@ -10,6 +11,39 @@ from fedhet.datamodules import ClientDataModule, FederatedDataModule
 torch.set_num_threads(1)
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WANDB_SILENT", "true")
+
+REPOSITORY = Path(__file__).resolve().parents[1]
+BEFORE = pytest.StashKey[set]()
+#: what running tools leave in a checkout by design (caches), never a test's output
+CACHES = {".git", "__pycache__", ".pytest_cache", ".ruff_cache", ".mypy_cache", ".hypothesis", ".import_linter_cache"}
+
+
+def repository_files() -> set[str]:
+    """Every file and folder in the checkout (ignored ones included), caches left out."""
+    found = set()
+    for folder, subfolders, files in os.walk(REPOSITORY):
+        subfolders[:] = [name for name in subfolders if name not in CACHES and not name.endswith(".egg-info")]
+        here = Path(folder).relative_to(REPOSITORY)
+        found.update(str(here / name) for name in (*subfolders, *files))
+    return found
+
+
+def pytest_sessionstart(session):
+    session.config.stash[BEFORE] = repository_files()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Tests write only under their own temporary folders: the session fails when it leaves files in the checkout."""
+    before = session.config.stash.get(BEFORE, None)
+    if before is None:
+        return
+    left = sorted(repository_files() - before)
+    if left:
+        shown = "\n  ".join(left[:20]) + ("\n  ..." if len(left) > 20 else "")
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        reporter.ensure_newline()
+        reporter.write_line(f"tests left {len(left)} file(s) in the repository (write under tmp_path):\n  {shown}")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def make_client(client_id: str, n: int, seed: int, classes=(0, 1, 2), dim: int = 6, **kwargs) -> ClientDataModule:

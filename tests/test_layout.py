@@ -53,3 +53,10 @@ def test_the_component_table_names_every_engine_file_and_only_those():
     files = {str(p.relative_to(ENGINE)) for p in ENGINE.glob("*/*.py") if p.name != "__init__.py"}
     assert named - files == set(), f"the component table names files that do not exist: {sorted(named - files)}"
     assert files - named == set(), f"the component table leaves out: {sorted(files - named)}"
+
+
+def test_the_api_reference_renders_every_public_module_of_experiments():
+    page = (ROOT / "docs" / "api" / "experiments.md").read_text()
+    rendered = set(re.findall(r"^::: fedhet\.experiments\.(\w+)$", page, flags=re.MULTILINE))
+    modules = {p.stem for p in (ROOT / "src" / "fedhet" / "experiments").glob("*.py") if not p.name.startswith("_")}
+    assert modules - rendered == set(), f"docs/api/experiments.md leaves out {sorted(modules - rendered)}"

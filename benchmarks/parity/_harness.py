@@ -30,7 +30,7 @@ from _common import environment, quiet_trainer, write_table  # noqa: E402
 from fedhet.callbacks.base import FederatedCallback  # noqa: E402
 from fedhet.datamodules import PartitionedFederation  # noqa: E402
 from fedhet.modules.blocks import mlp  # noqa: E402
-from fedhet.modules.fedpac_nets import FEATURE_DIM, cnn28_body  # noqa: E402
+from fedhet.modules.image_cnns import FEATURE_DIM, cnn28_body  # noqa: E402
 from fedhet.plugins import ClientStates  # noqa: E402
 
 

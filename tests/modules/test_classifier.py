@@ -8,7 +8,7 @@ from torch import nn
 
 from fedhet.core import ClientSpec
 from fedhet.modules import FedAvg, FedBABU, FedPer, FedRep, LocalOnly
-from fedhet.modules.fedpac_nets import FedPACNet
+from fedhet.modules.image_cnns import FedPACNet
 from fedhet.plugins import FederatedTrainer, Processes, Reporting
 
 BASELINES = [LocalOnly, FedAvg, FedRep, FedPer, FedBABU]

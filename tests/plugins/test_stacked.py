@@ -337,7 +337,10 @@ def test_modules_that_cannot_stack_are_refused_before_training(tmp_path, case):
     make, reason = REFUSED[case]
     module = make()
     trainer = FederatedTrainer(
-        processes=Processes(accelerator="cpu", stack_clients=4), reporting=Reporting(progress_bar=False), logger=False
+        processes=Processes(accelerator="cpu", stack_clients=4),
+        reporting=Reporting(progress_bar=False),
+        logger=False,
+        default_root_dir=str(tmp_path),
     )
     name = type(module).__name__
     with pytest.raises(
@@ -352,6 +355,7 @@ def test_mixed_precision_is_refused(tmp_path):
         processes=Processes(accelerator="cpu", precision="bf16-mixed", stack_clients=4),
         reporting=Reporting(progress_bar=False),
         logger=False,
+        default_root_dir=str(tmp_path),
     )
     with pytest.raises(ValueError, match=r"'stack_clients' needs full precision \('32-true'\)"):
         trainer.fit(FedAvg(hidden_dims=[8]), federation())

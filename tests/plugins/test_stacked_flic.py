@@ -102,9 +102,12 @@ def test_stacked_flic_equals_sequential(tmp_path, monkeypatch, case, close):
     ],
     ids=["dropout"],
 )
-def test_flic_options_that_cannot_stack_are_refused(kwargs, reason):
+def test_flic_options_that_cannot_stack_are_refused(kwargs, reason, tmp_path):
     trainer = FederatedTrainer(
-        processes=Processes(accelerator="cpu", stack_clients=4), reporting=Reporting(progress_bar=False), logger=False
+        processes=Processes(accelerator="cpu", stack_clients=4),
+        reporting=Reporting(progress_bar=False),
+        logger=False,
+        default_root_dir=str(tmp_path),
     )
     with pytest.raises(ValueError, match=f"but FLIC cannot train clients in stacks: {reason}"):
         trainer.fit(FLIC(**SMALL, pretrain_epochs=1, **kwargs), two_dimensions())

@@ -11,11 +11,11 @@ if TYPE_CHECKING:
     from fedhet.modules.feddadil import FedDaDiL
     from fedhet.modules.fedhenn import FedHeNN
     from fedhet.modules.fedpac import FedPAC
-    from fedhet.modules.fedpac_nets import FedPACNet
     from fedhet.modules.flic import FLIC, HetFedRep, HetLocal
     from fedhet.modules.global_layers import GlobalLayers
     from fedhet.modules.hyfem import HybridLocal, HyFEM
     from fedhet.modules.hyfem_nets import HybridBody
+    from fedhet.modules.image_cnns import FedPACNet
 
 __all__ = [
     "FLIC",

@@ -14,7 +14,7 @@ from torchmetrics.classification import MulticlassAccuracy
 from fedhet.core import ClientSpec, Stacking
 from fedhet.modules.base import FederatedModule
 from fedhet.modules.blocks import mlp
-from fedhet.modules.fedpac_nets import FEATURE_DIM, paper_body
+from fedhet.modules.image_cnns import FEATURE_DIM, paper_body
 
 
 class FederatedClassifier(FederatedModule):

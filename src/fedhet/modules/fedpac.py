@@ -111,7 +111,6 @@ class FedPAC(FedRep):
         self.classifier_collaboration = classifier_collaboration
         self.head_lr = head_lr
         self.mix_threshold = mix_threshold
-        """The client's training batches for the statistics passes; set by the callbacks under the engine."""
         self._upload: dict[str, Tensor] = {}
         self._global_centroids: Tensor | None = None
         self._global_available: Tensor | None = None

@@ -38,7 +38,7 @@ the global modules to none gives the Local baseline, to every module but the fir
 (:class:`GlobalLayers` says how).
 
 Paper: Yazan Obeidi, "Global Layers: Non-IID Tabular Federated Learning", arXiv:2305.19290, 2023; reference code at
-github.com/transferFL/gl, whose architecture this module follows (``specs/gl.md`` §2).
+github.com/transferFL/gl, whose architecture this module follows.
 """
 
 from __future__ import annotations

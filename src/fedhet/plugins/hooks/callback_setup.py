@@ -10,6 +10,8 @@ from lightning.pytorch import Callback, LightningModule
 from lightning.pytorch.loggers import Logger as LightningLogger
 from lightning.pytorch.loggers import WandbLogger
 
+from fedhet.callbacks.lightning_adapters import adapt_lightning_callbacks
+from fedhet.callbacks.progress import RichRoundProgress
 from fedhet.plugins.hooks.server_step import check_server_order
 
 #: What the trainer's ``logger`` takes: a Lightning logger or any Fabric logger. Lightning's logger base comes first so
@@ -46,10 +48,6 @@ def federation_callbacks(
     against the callbacks' declared server-state access (:func:`~fedhet.plugins.hooks.server_step.check_server_order`: a
     callback that reads a server statistic runs after the one that writes it).
     """
-    # imported here: fedhet.callbacks reaches fedhet.modules (HyFEM's server model), which imports this package
-    from fedhet.callbacks.lightning_adapters import adapt_lightning_callbacks
-    from fedhet.callbacks.progress import RichRoundProgress
-
     declared = model.configure_callbacks() or []
     declared = [declared] if isinstance(declared, Callback) else list(declared)
     declared_types = {type(cb) for cb in declared}

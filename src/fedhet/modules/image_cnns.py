@@ -1,4 +1,7 @@
-"""The two CNNs of FedPAC's experiments (Xu et al., ICLR 2023, appendix B.1), split into body and linear head.
+"""The image CNNs of every classifier's ``network="cnn"``: FedPAC's two (Xu et al., ICLR 2023, appendix B.1).
+
+They are split into body and linear head; :class:`~fedhet.modules.FederatedClassifier` (FedAvg, FedRep, FedPAC and
+the other classifiers) builds its body with :func:`paper_body` for ``(C, 28, 28)`` and ``(C, 32, 32)`` images.
 
 Both end their body with ``Linear(·, 128)`` + LeakyReLU, so the feature dimension is :math:`d = 128`; the head is
 ``Linear(128, K)``. No batch normalisation and no dropout, so features do not depend on the train/eval mode.
