@@ -10,7 +10,7 @@ and admitting or rejecting that upload with the run's upload checks. A runner ne
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple, cast
 
@@ -27,14 +27,23 @@ from fedhet.core import (
     EngineModule,
     ExpectedUpload,
     FederatedData,
+    LocalPhase,
+    LocalTraining,
     RoundUploads,
     ServerState,
     TensorSpec,
     num_bytes,
     to_cpu,
 )
-from fedhet.core.seeding import derive_seed, seeded
-from fedhet.plugins.clients.local_loop import evaluate_client, run_local_training
+from fedhet.core.seeding import derive_seed, rng_preserved, seeded, set_generator_states
+from fedhet.plugins.clients.local_loop import (
+    evaluate_client,
+    local_metrics,
+    local_schedule,
+    run_local_training,
+    run_phases,
+    started_client,
+)
 from fedhet.plugins.clients.meta_build import client_module
 from fedhet.plugins.clients.slots import ModuleSlot
 from fedhet.plugins.hooks.dispatch import CallbackHooks
@@ -338,6 +347,71 @@ class ClientContext:
             )
         optimizer = move_data_to_device(optimizer, "cpu") if optimizer is not None else None
         return LocalResult(job.slot.tensors(), metrics, to_cpu(module.client_statistics()), optimizer)
+
+    def schedule(
+        self, loader: Iterable[Any], phases: Sequence[LocalPhase]
+    ) -> Iterator[tuple[LocalPhase, Iterable[Any]]]:
+        """The client's local schedule over ``phases`` with the trainer's epochs and steps (:func:`local_schedule`)."""
+        return local_schedule(self.fabric, loader, phases, self.local_epochs, self.local_steps)
+
+    def prepare(
+        self, job: ClientJob, loader: Iterable[Any], names: Sequence[str]
+    ) -> tuple[dict[str, Any], dict[str, float]]:
+        """The first half of :meth:`train` for a client whose local phases run elsewhere (in a stack).
+
+        Under the client's seeded draws (the caller's), the job's module is started as :meth:`train` starts it
+        (:func:`~fedhet.plugins.clients.local_loop.started_client`: its ``LocalTraining``, its optimizers built, which
+        may make per-client tensors such as FLIC's anchor copy, ``on_train_start``), then its
+        ``preparation_phases()`` (FLIC's pre-training or re-alignment) run with its own step.
+
+        Returns:
+            the module's attributes ``names`` as they then are, and the metrics of the preparation phases.
+
+        """
+        module = job.slot.module
+        preparation = module.preparation_phases()
+        phases = preparation + module.local_phases()
+        with started_client(self.fabric, module, loader, phases, job.slot.optimizers) as (training, step):
+            losses = run_phases(module, step, self.schedule(loader, preparation))
+        metrics = local_metrics(training.logs, losses, self.fabric.device.type != "cpu")
+        del metrics["loss"]  # no local phase ran yet: the stack's steps give the loss
+        return {name: getattr(module, name) for name in names}, metrics
+
+    def end_training(
+        self,
+        job: ClientJob,
+        loader: Iterable[Any],
+        result: LocalResult,
+        attributes: Mapping[str, Any],
+        generators: list[Tensor] | None,
+    ) -> LocalResult:
+        """The second half of :meth:`train` for a client trained elsewhere: its ``on_train_end`` and its statistics.
+
+        The trained tensors and ``attributes`` are loaded into the job's module, which gets a ``LocalTraining`` of
+        ``loader`` back; ``on_train_end`` draws from ``generators`` (torch's states once the client's batches and
+        their draws were taken), so it draws the numbers it draws in :meth:`train`: a statistics pass over its batches
+        in the same order, FLIC's anchor samples of ``anchor_update="paper"``.
+
+        Returns:
+            the result with the module's tensors after ``on_train_end`` (which may change them, e.g. HyFEM's round
+            count) and the client's statistics.
+
+        """
+        module = job.slot.module
+        job.slot.load(result.tensors, {})
+        for name, value in attributes.items():
+            setattr(module, name, value)
+        module.set_local_training(LocalTraining(loader))
+        devices = [self.fabric.device]
+        try:
+            with rng_preserved(devices):
+                if generators is not None:
+                    set_generator_states(generators, devices)
+                module.on_train_end()
+            statistics = to_cpu(module.client_statistics())
+        finally:
+            module.set_local_training(None)
+        return LocalResult(job.slot.tensors(), result.metrics, statistics, result.optimizer, in_module=True)
 
     def finish(self, job: ClientJob, result: LocalResult, uploads: RoundUploads) -> None:
         """Build the client's upload, fire ``on_client_fit_end``, then admit it (:meth:`admit`).

@@ -56,22 +56,17 @@ from torch.nn.modules.dropout import _DropoutNd
 from fedhet.core import (
     EngineModule,
     LocalPhase,
-    LocalTraining,
     PenalisedModule,
     RoundUploads,
     Stacking,
-    to_cpu,
 )
-from fedhet.core.seeding import generator_states, rng_preserved, seeded, set_generator_states
+from fedhet.core.seeding import generator_states, seeded
 from fedhet.functional.stacking import stack_states, unstack_states
 from fedhet.plugins.clients.context import ClientContext, ClientJob, LocalResult
 from fedhet.plugins.clients.local_loop import (
-    local_metrics,
     local_optimizers,
-    local_schedule,
     local_training,
     run_phases,
-    started_client,
 )
 from fedhet.plugins.clients.local_step import StackedStep
 from fedhet.plugins.clients.runners import LocalRunner
@@ -333,7 +328,7 @@ class StackedRunner(LocalRunner):
         devices = [context.fabric.device]
         with seeded(context.fit_seed(job.client_id, job.round_idx), devices):
             loader = context.client_data(job.client_id).train_dataloader()
-            attributes, prepared = _prepare(context, job, loader, names) if names is not None else (None, {})
+            attributes, prepared = context.prepare(job, loader, names) if names is not None else (None, {})
             draws = stacking.draws if stacking is not None else None
             batches = _schedule_batches(context, loader, phases, draws)
             generators = generator_states(devices) if names is not None else None
@@ -383,7 +378,8 @@ class StackedRunner(LocalRunner):
             result = LocalResult(tensors, metrics, optimizer=optimizer, in_module=False)
             try:
                 if client.attributes is not None:
-                    result = _end(context, client, {**client.attributes, **after}, result)
+                    attributes = {**client.attributes, **after}
+                    result = context.end_training(client.job, client.loader, result, attributes, client.generators)
                 context.finish(client.job, result, uploads)
             except Exception as err:  # as in the sequential path, the hook's failure is its client's
                 context.fail(client.job.client_id, err, uploads)
@@ -399,73 +395,19 @@ def _stacking(module: EngineModule) -> Stacking | None:
     return cast(Stacking | None, hook()) if callable(hook) else None
 
 
-def _prepare(
-    context: ClientContext, job: ClientJob, loader: Iterable[Any], names: tuple[str, ...]
-) -> tuple[dict[str, Any], dict[str, float]]:
-    """Start the client its module holds as the sequential path does, and run its preparation phases there.
-
-    Through :func:`~fedhet.plugins.clients.local_loop.started_client`, as ``run_local_training``: the module gets its
-    ``LocalTraining``, its optimizers are built (a module may make per-client tensors there, e.g. FLIC's anchor copy),
-    ``on_train_start`` runs, then the one local loop runs the ``preparation_phases()`` (FLIC's pre-training or
-    re-alignment) with the module's own step, one client at a time.
-
-    Returns:
-        the attributes ``names`` as the module then holds them, and the metrics of the preparation phases.
-
-    """
-    module = job.slot.module
-    preparation = module.preparation_phases()
-    phases = preparation + module.local_phases()
-    with started_client(context.fabric, module, loader, phases, job.slot.optimizers) as (training, step):
-        schedule = local_schedule(context.fabric, loader, preparation, context.local_epochs, context.local_steps)
-        losses = run_phases(module, step, schedule)
-    metrics = local_metrics(training.logs, losses, context.fabric.device.type != "cpu")
-    del metrics["loss"]  # no local phase ran yet: the stack's steps give the loss
-    return {name: getattr(module, name) for name in names}, metrics
-
-
 def _schedule_batches(
     context: ClientContext,
     loader: Iterable[Any],
     phases: Sequence[LocalPhase],
     draws: Callable[[Any, str | None], Any] | None,
 ) -> list[list[Any]]:
-    """A client's batches of each local phase, on the device.
-
-    The batches are the client's :func:`~fedhet.plugins.clients.local_loop.local_schedule`.
+    """A client's batches of each local phase (:meth:`ClientContext.schedule`), on the device.
 
     A :class:`~fedhet.core.BatchLossModule` completes each with its step's random draws (its stacking's ``draws``)
     right after the batch is drawn: the numbers its ``training_step`` draws on the sequential path, from the same
     stream (nothing else in a stacked step draws).
     """
-    schedule = local_schedule(context.fabric, loader, phases, context.local_epochs, context.local_steps)
+    schedule = context.schedule(loader, phases)
     if draws is None:
         return [list(batches) for _, batches in schedule]
     return [[draws(batch, phase.name) for batch in batches] for phase, batches in schedule]
-
-
-def _end(context: ClientContext, client: _Ready, attributes: Mapping[str, Any], result: LocalResult) -> LocalResult:
-    """Load a trained client back into its module with its ``attributes``, run ``on_train_end``; its statistics.
-
-    The result holds the module's tensors after ``on_train_end`` (which may change them, e.g. HyFEM's round count).
-
-    ``on_train_end`` draws from where the client's training draws ended (its generators' states were kept when its
-    batches were taken), so it draws the numbers it draws on the sequential path: a statistics pass over its batches
-    in the same order, FLIC's anchor samples of ``anchor_update="paper"``.
-    """
-    job = client.job
-    module = job.slot.module
-    job.slot.load(result.tensors, {})
-    for name, value in attributes.items():
-        setattr(module, name, value)
-    module.set_local_training(LocalTraining(client.loader))
-    devices = [context.fabric.device]
-    try:
-        with rng_preserved(devices):
-            if client.generators is not None:
-                set_generator_states(client.generators, devices)
-            module.on_train_end()
-        statistics = to_cpu(module.client_statistics())
-    finally:
-        module.set_local_training(None)
-    return LocalResult(job.slot.tensors(), result.metrics, statistics, result.optimizer, in_module=True)
