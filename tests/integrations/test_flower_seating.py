@@ -21,9 +21,11 @@ pytest.importorskip("flwr")
 
 from flwr.app import ConfigRecord, Context, RecordDict  # noqa: E402
 
+from fedhet.core import ClientSpec, InvalidUploadError  # noqa: E402
 from fedhet.integrations.flower.apps import make_server_app  # noqa: E402
 from fedhet.integrations.flower.engine import load_run  # noqa: E402
-from fedhet.integrations.flower.seating import disagreeing  # noqa: E402
+from fedhet.integrations.flower.seating import disagreeing, shared_shapes  # noqa: E402
+from fedhet.modules import FedAvg  # noqa: E402
 from tests.integrations.flower_standin import CLIENTS, HOSTILE, run, server_identity  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -98,6 +100,14 @@ def test_two_claimants_of_one_client_both_lose_it_and_the_budget_decides(tmp_pat
 def test_too_few_nodes_within_wait_s_is_one_line_naming_them(tmp_path):
     with pytest.raises(TimeoutError, match=r"3 of 4 Flower nodes answered within wait-s=1"):
         run(tmp_path, "few", {"num-clients": 4, "wait-s": 1})
+
+
+def test_a_module_over_max_model_mb_is_refused_from_its_meta_build():
+    template = FedAvg(hidden_dims=[16])
+    assert shared_shapes(template, ClientSpec("a", (64,), num_classes=10), 2**20)["head.weight"] == (10, 16)
+    huge = ClientSpec("a", (10_000_000,), num_classes=10)  # a 16 x 10^7 first layer: 610 MiB, never allocated
+    with pytest.raises(InvalidUploadError, match=r"its module would take 610 MiB, over the limit of 512 MiB"):
+        shared_shapes(template, huge, 512 * 2**20)
 
 
 def test_disagreeing_names_each_client_against_the_value_most_give():
