@@ -11,8 +11,7 @@ from fedhet.callbacks.flic import ANCHOR_FACTORS, ANCHOR_MEANS, GLOBAL_MEANS
 from fedhet.core import LocalPhase
 from fedhet.datamodules import ClientDataModule, LinearMappingToy
 from fedhet.functional import class_moments, gaussian_w2_sq, kernel_penalty
-from fedhet.modules import FLIC, FedHeNN, HetFedRep, HetLocal
-from fedhet.modules import flic as flic_module
+from fedhet.modules import FLIC, FedHeNN, HetFedRep, HetLocal, flic_terms
 from fedhet.plugins import Checkpointing, FederatedTrainer, Reporting, UniformSampler
 from fedhet.plugins.clients.local_loop import run_local_training
 from tests.conftest import make_client, plain_trainer
@@ -128,10 +127,10 @@ def test_a_client_alone_evaluates_its_batchs_classes_only_and_a_stack_all_with_t
             evaluated.append((name, tuple(args[0].shape[:2])))
             return function(*args)
 
-        monkeypatch.setattr(f"fedhet.modules.flic.{name}", call)
+        monkeypatch.setattr(f"fedhet.modules.flic_terms.{name}", call)
 
-    spy("present_w2_sq", flic_module.present_w2_sq)
-    spy("anchor_sample_ce", flic_module.anchor_sample_ce)
+    spy("present_w2_sq", flic_terms.present_w2_sq)
+    spy("anchor_sample_ce", flic_terms.anchor_sample_ce)
     torch.manual_seed(3)
     loss = module.training_step((x, y), 0)
     assert evaluated == [("present_w2_sq", (2, 8)), ("anchor_sample_ce", (4, 2))]

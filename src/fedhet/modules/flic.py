@@ -31,27 +31,19 @@ from fedhet.callbacks.flic import (
     flic_upload,
 )
 from fedhet.core import ClientSpec, LocalPhase, Stacking, UploadDeclaration
-from fedhet.functional.anchors import (
-    anchor_sample_ce,
-    draws_by_class,
-    evaluated_classes,
-    gaussian_samples,
-    group_draws,
-    present_classes,
-    present_w2_sq,
-)
-from fedhet.functional.gaussian import bures_sq, class_moments, psd_sqrt
+from fedhet.functional.gaussian import class_moments
 from fedhet.functional.stacking import masked_mean
 from fedhet.modules.classifier import FederatedClassifier
+from fedhet.modules.flic_anchor_rules import AnchorCopy, CodeAnchorRule, PaperAnchorRule
 from fedhet.modules.flic_nets import Activation, cnn_embedding, mlp_embedding
+from fedhet.modules.flic_pretraining import ALIGNMENT_PHASES, AlignmentRecord, pretrain_embedding
+from fedhet.modules.flic_terms import AnchorTerms
 from fedhet.plugins.clients.local_loop import phase_loader
 
 #: names of the statistics FLIC uploads (its copy of the anchors after local training) and receives
 PERSONAL = ("body.embed.*", "head.*")
 REPRESENTATION = ("body.hidden.*",)
 EMBEDDING = ("body.embed.*",)
-ALIGNMENT_PHASES = ("pretrain", "realign")
-"""The preparation phases: pre-training of the embedding at the first participation, re-alignment at later ones."""
 
 
 class _Terms(NamedTuple):
@@ -60,13 +52,6 @@ class _Terms(NamedTuple):
     loss: Tensor
     align: Tensor | None
     z: Tensor
-
-
-def lower_triangular(factors: Tensor) -> Tensor:
-    """Anchor factors ``(C, k, k)`` in Cholesky form: the lower triangle, columns signed for a positive diagonal."""
-    factors = factors.detach().tril()
-    signs = torch.where(factors.diagonal(dim1=-2, dim2=-1) < 0, -1.0, 1.0)
-    return factors * signs.unsqueeze(-2)
 
 
 class FLIC(FederatedClassifier):
@@ -288,8 +273,11 @@ class FLIC(FederatedClassifier):
         self._local_means: Tensor | None = None
         self._local_factors: Tensor | None = None
         self._anchor_optimizer: torch.optim.Optimizer | None = None  # only when the module steps its anchors itself
-        self._alignment_epochs = 0
-        self._alignment_losses: list[Tensor] = []
+        self._alignment = AlignmentRecord()
+        self.terms = AnchorTerms(latent_dim, anchor_variance, anchor_stats, anchor_samples)
+        """The anchor terms of the loss (:class:`~fedhet.modules.flic_terms.AnchorTerms`)."""
+        self.code_rule = CodeAnchorRule(self.terms, anchor_lr)
+        self.paper_rule = PaperAnchorRule(self.terms, anchor_lr, lambda_align, lambda_anchor)
 
     @property
     def uses_anchors(self) -> bool:
@@ -354,23 +342,6 @@ class FLIC(FederatedClassifier):
         return cast(Tensor, self.head(self.hidden(z)))
 
     # ---------------------------------------------------------------- the loss terms
-    def sample_anchors(
-        self, labels: Tensor, means: Tensor, factors: Tensor | None, noise: Tensor | None = None
-    ) -> Tensor:
-        r"""One draw :math:`v_c + L_c \xi` per label, shape ``(len(labels), k)``.
-
-        Args:
-            labels: classes, shape ``(n,)``.
-            means: anchor means :math:`v`, shape ``(C, k)``.
-            factors: :math:`L`, shape ``(C, k, k)``; ``None`` for ``anchor_variance`` times the identity.
-            noise: :math:`\xi`, shape ``(n, k)``; ``None`` to draw it here (one ``torch.randn``).
-
-        """
-        if noise is None:
-            noise = torch.randn(len(labels), self.latent_dim, device=means.device, dtype=means.dtype)
-        chosen = None if factors is None else factors[labels]
-        return gaussian_samples(means[labels], chosen, noise, math.sqrt(self.anchor_variance))
-
     def alignment_loss(
         self,
         z: Tensor,
@@ -382,81 +353,20 @@ class FLIC(FederatedClassifier):
     ) -> Tensor:
         r""":math:`\sum_{c \in P(B)} W_2^2(\mu_c, \mathcal{N}(\hat m_c, \hat S_c))` for embeddings ``z`` ``(B, k)``.
 
-        ``means`` (``(C, k)``) and ``factors`` (``(C, k, k)``, learned covariances only) replace the anchors' own,
-        e.g. by a client's local copy that is being updated. Without ``mask`` every row is real and only the batch's
-        classes are evaluated; ``mask`` (``(B,)``, the real rows of a padded batch, under ``torch.func.vmap``)
-        evaluates all :math:`C` classes over a presence mask (:func:`~fedhet.functional.evaluated_classes`). With
-        ``anchor_stats="sampled"``, ``noise`` (``(B, k)``, drawn by :meth:`step_draws`) gives the anchor samples'
-        standard normal draws, one per row; ``None`` draws them here.
+        :meth:`AnchorTerms.alignment <fedhet.modules.flic_terms.AnchorTerms.alignment>` to the module's anchors, or to
+        ``means`` (``(C, k)``) and ``factors`` (``(C, k, k)``, learned covariances only) when given, e.g. a client's
+        local copy that is being updated.
         """
         means = self.anchor_means if means is None else means
         factors = self.anchor_factors_or_none() if factors is None else factors
-        num_classes = self.spec.num_classes
-        classes, positions = evaluated_classes(y, num_classes, mask)
-        counts, class_means, class_covs = class_moments(z, positions, len(classes), mask)
-        present_counts = None if mask is None else counts  # a batch's own classes are all present
-        if self.anchor_stats == "sampled":  # both Gaussians estimated from samples (the reference code)
-            draws = self.sample_anchors(y, means, factors, noise)
-            _, anchor_means, anchor_covs = class_moments(draws, positions, len(classes), mask)
-            anchor_factors = psd_sqrt(anchor_covs.detach())
-            return present_w2_sq(anchor_means, anchor_factors, present_counts, class_means, class_covs)
-        if factors is not None:
-            factors = factors[classes]
-        elif self.anchor_variance != 1.0:
-            eye = torch.eye(self.latent_dim, device=z.device)
-            factors = math.sqrt(self.anchor_variance) * eye.expand(len(classes), -1, -1)
-        return present_w2_sq(means[classes], factors, present_counts, class_means, class_covs)
-
-    def anchor_classification_loss(self, y: Tensor, noise: Tensor | None = None, mask: Tensor | None = None) -> Tensor:
-        r""":math:`\sum_{c \in P(B)} \frac{1}{J} \sum_j \mathrm{CE}(g(Z_c^j), c)`, :math:`Z_c^j = v_c + L_c \xi_j`.
-
-        Evaluated on the batch's classes only, or, with ``mask``, on all :math:`C` over a presence mask (as
-        :meth:`alignment_loss`).
-
-        Args:
-            y: the batch's labels ``(B,)``.
-            noise: :math:`\xi`, shape ``(J, C, k)`` (:meth:`anchor_noise`, drawn by :meth:`step_draws`); ``None``
-                to draw it here.
-            mask: the batch's real rows ``(B,)``; with ``anchor_samples=None`` (:math:`J = B`) it also says which
-                draws count.
-
-        """
-        num_classes = self.spec.num_classes
-        classes, _ = evaluated_classes(y, num_classes, mask)
-        present = None if mask is None else present_classes(y, num_classes, mask)
-        # a client alone draws its classes' noise now, straight in its (J, P, k) layout; a stack gathers it
-        noise = group_draws(self._class_draws(classes, len(y)), len(classes)) if noise is None else noise[:, classes]
-        factors = self.anchor_factors_or_none()
-        factors = None if factors is None else factors[classes]
-        scale = math.sqrt(self.anchor_variance)
-        draws = gaussian_samples(self.anchor_means[classes], factors, noise, scale)
-        logits = self.classify(draws.flatten(0, 1)).unflatten(0, draws.shape[:2])
-        counted = mask if self.anchor_samples is None else None  # J = B: the batch's real rows are its real draws
-        return anchor_sample_ce(logits, classes, present, counted)
-
-    def anchor_noise(self, y: Tensor) -> Tensor:
-        r""":math:`\xi`, shape ``(J, C, k)``: :math:`J` standard normal draws for each class of the batch, else zeros.
-
-        :math:`J` is ``anchor_samples``, or the batch's size (the code). The draws are those of a client's step
-        (:meth:`_class_draws`), placed by class (:func:`~fedhet.functional.draws_by_class`).
-        """
-        classes = torch.unique(y)
-        return draws_by_class(self._class_draws(classes, len(y)), classes, self.spec.num_classes)
-
-    def _class_draws(self, classes: Tensor, batch_size: int) -> Tensor:
-        """The draws of a step for the :math:`P` ``classes`` (increasing), class by class: ``(P * J, k)``.
-
-        One ``torch.randn`` (global generator, the classes' device, the anchors' dtype); :math:`J` is
-        ``anchor_samples`` or the batch's size.
-        """
-        shape = (len(classes) * (self.anchor_samples or batch_size), self.latent_dim)
-        return torch.randn(shape, device=classes.device, dtype=self.anchor_means.dtype)
+        return self.terms.alignment(z, y, means, factors, mask, noise)
 
     def step_draws(self, batch: Sequence[Tensor], phase: str | None) -> tuple[Tensor, ...]:
         r"""The batch ``(x, y)`` with the draws of its step: ``(x, y, noise, align_noise, objective_noise)``.
 
         In the order ``training_step`` draws them: with ``anchor_stats="sampled"``, the anchor samples' draws of the
-        alignment term (``(B, k)``, when the step has that term), then :meth:`anchor_noise` ``(J, C, k)`` (with the
+        alignment term (``(B, k)``, when the step has that term), then the anchor noise ``(J, C, k)``
+        (:meth:`AnchorTerms.noise <fedhet.modules.flic_terms.AnchorTerms.noise>`, with the
         :math:`\lambda_2` term), then the anchor samples' draws of the anchor copy's objective (``(B, k)``, when the
         engine steps the copy). A term's draws are empty (nothing drawn) where the step has no such term or draws
         nothing for it (closed-form statistics), and all are in a preparation phase. The stacked path draws them as it
@@ -475,16 +385,15 @@ class FLIC(FederatedClassifier):
         if sampled and self._aligns(phase):
             align = torch.randn(len(y), self.latent_dim, device=y.device, dtype=dtype)
         if self.lambda_anchor:
-            noise = self.anchor_noise(y)
+            noise = self.terms.noise(y, self.spec.num_classes, dtype)
         objective = none
         if sampled and self._engine_copy is not None:
             objective = torch.randn(len(y), self.latent_dim, device=y.device, dtype=dtype)
         return x, y, noise, align, objective
 
     def masked_loss(self, batch: Sequence[Tensor], mask: Tensor) -> Tensor:
-        """The loss of ``training_step`` on a batch completed by :meth:`step_draws`, over its rows where ``mask``."""
-        x, y, noise, align_noise, objective_noise = batch
-        return self._terms(x, y, noise, mask, (align_noise, objective_noise)).loss
+        """The loss of :meth:`loss_terms` on a batch completed by :meth:`step_draws`, over its rows where ``mask``."""
+        return self.loss_terms(batch, mask).loss
 
     def stacking(self) -> Stacking | None:
         """FLIC stacks with every option (the stacked path itself refuses layers that draw, e.g. dropout).
@@ -497,24 +406,19 @@ class FLIC(FederatedClassifier):
             client_attributes=("_upload", "_local_means", "_local_factors", "pretrain_history"), draws=self.step_draws
         )
 
-    def _terms(
-        self,
-        x: Tensor,
-        y: Tensor,
-        noise: Tensor | None,
-        mask: Tensor | None,
-        sample_noise: tuple[Tensor | None, Tensor | None] = (None, None),
-    ) -> _Terms:
-        r"""The step's loss on the batch ``(x, y)``, or on its real rows ``mask`` (padded, in stacks, under ``vmap``).
+    def loss_terms(self, batch: Sequence[Tensor], mask: Tensor | None = None) -> _Terms:
+        r"""The step's loss, the one entry of both paths: on the batch, or on its real rows ``mask`` (a stack's).
 
-        Without ``mask`` (every row real: ``training_step``) the anchor terms evaluate the batch's classes only, and
-        ``noise`` is ``None``: :meth:`anchor_classification_loss` draws it after the forward pass. In a preparation
-        phase the loss is :meth:`alignment_loss` alone. When the engine steps the anchor copy, its objective
-        (:meth:`anchor_objective`) joins the loss as ``a - a.detach()``: its gradient reaches the copy only, and the
-        loss's value (the one reported) stays the model's. ``sample_noise``: the anchor samples' draws of the
-        alignment term and of the anchor copy's objective (``anchor_stats="sampled"``, :meth:`step_draws`); ``None``
-        draws them here.
+        ``batch`` is ``(x, y)`` (``training_step``: every row real, the anchor terms evaluate the batch's classes
+        only, and their draws are made here after the forward pass), or ``(x, y, noise, align_noise,
+        objective_noise)`` completed by :meth:`step_draws` (under ``vmap``, padded: all :math:`C` classes over a
+        presence mask). In a preparation phase the loss is :meth:`alignment_loss` alone. When the engine steps the
+        anchor copy, its objective (:meth:`CodeAnchorRule.objective
+        <fedhet.modules.flic_anchor_rules.CodeAnchorRule.objective>`) joins the loss as ``a - a.detach()``: its
+        gradient reaches the copy only, and the loss's value (the one reported) stays the model's.
         """
+        x, y = batch[0], batch[1]
+        noise, align_noise, objective_noise = (None, None, None) if len(batch) == 2 else tuple(batch[2:5])
         z = self.embedding(x)
         if self._phase in ALIGNMENT_PHASES:
             alignment = self.alignment_loss(z, y, mask=mask)
@@ -526,13 +430,17 @@ class FLIC(FederatedClassifier):
             loss = masked_mean(F.cross_entropy(logits, y, reduction="none"), mask)
         align: Tensor | None = None
         if self._aligns(self._phase):
-            align = self.alignment_loss(z, y, mask=mask, noise=sample_noise[0])
+            align = self.alignment_loss(z, y, mask=mask, noise=align_noise)
             loss = loss + self.lambda_align * align
         if self.lambda_anchor:
-            loss = loss + self.lambda_anchor * self.anchor_classification_loss(y, noise, mask)
+            anchors = self.terms.classification(
+                self.classify, y, self.anchor_means, self.anchor_factors_or_none(), noise, mask
+            )
+            loss = loss + self.lambda_anchor * anchors
         copy = self._engine_copy
         if copy is not None:
-            anchor = self.anchor_objective(z.detach(), y, copy, self._local_factors, mask, sample_noise[1])
+            frozen, factors = self._frozen_classify, self._local_factors
+            anchor = self.code_rule.objective(frozen, z.detach(), y, copy, factors, mask, objective_noise)
             loss = loss + (anchor - anchor.detach())
         return _Terms(loss, align, z)
 
@@ -596,11 +504,9 @@ class FLIC(FederatedClassifier):
         """
         name = None if phase is None else phase.name
         if self._phase in ALIGNMENT_PHASES and name != self._phase:
-            losses = torch.stack(self._alignment_losses).double() if self._alignment_losses else torch.zeros(0)
-            epochs = losses.tensor_split(self._alignment_epochs)
-            self.pretrain_history = [float(epoch.mean()) if len(epoch) else 0.0 for epoch in epochs]
+            self.pretrain_history = self._alignment.history()
         if phase is not None and name in ALIGNMENT_PHASES and name != self._phase:
-            self._alignment_epochs, self._alignment_losses = phase.epochs or 1, []
+            self._alignment.start(phase.epochs or 1)
             if name == "pretrain":
                 self.pretrained.fill_(True)
         self._phase = name
@@ -647,29 +553,34 @@ class FLIC(FederatedClassifier):
         return self.uses_anchors and self.anchor_update == "code"
 
     def _anchor_copy_optimizer(self) -> torch.optim.Optimizer:
-        """A fresh local copy of the received anchors (means, and factors when learned) and Adam at ``anchor_lr``."""
-        self._local_means = self.anchor_means.detach().clone().requires_grad_(True)
-        factors = self.anchor_factors_or_none()
-        self._local_factors = None if factors is None else factors.detach().clone().requires_grad_(True)
-        local = [self._local_means] + ([] if self._local_factors is None else [self._local_factors])
-        return torch.optim.Adam(local, lr=self.anchor_lr)
+        """A fresh local copy of the received anchors (``_local_means``, ``_local_factors``) and its Adam."""
+        copy = self.code_rule.copy(self.anchor_means, self.anchor_factors_or_none())
+        self._local_means, self._local_factors = copy.means, copy.factors
+        return copy.optimizer
+
+    def _frozen_classify(self, z: Tensor) -> Tensor:
+        """Class logits of latent vectors ``z`` with the classifier's weights held fixed (detached)."""
+        hidden = {name: p.detach() for name, p in self.hidden.named_parameters()}
+        head = {name: p.detach() for name, p in self.head.named_parameters()}
+        return cast(Tensor, functional_call(self.head, head, (functional_call(self.hidden, hidden, (z,)),)))
 
     def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
         r"""Cross-entropy, plus :math:`\lambda_1 W_2^2` (not in the representation phase) and :math:`\lambda_2` CE.
 
-        The terms of :meth:`masked_loss` on the batch's classes only, its anchor noise (:meth:`anchor_noise`) drawn
-        after the forward pass. In a preparation phase the loss is :meth:`alignment_loss` alone. Without the engine
-        the module steps its anchor copy itself here.
+        :meth:`loss_terms` on the batch's classes only, its anchor noise drawn after the forward pass. In a preparation
+        phase the loss is :meth:`alignment_loss` alone. Without the engine the module steps its anchor copy itself
+        here.
         """
-        x, y = batch
-        terms = self._terms(x, y, None, None)
+        terms = self.loss_terms(batch)
         if self._phase in ALIGNMENT_PHASES:
-            self._alignment_losses.append(terms.loss.detach())
+            self._alignment.add(terms.loss)
             return terms.loss
         if terms.align is not None:
             self.log("train/align", terms.align)
         if self._anchor_optimizer is not None:  # no engine: the module steps its copy itself
-            self._code_anchor_step(terms.z.detach(), y)
+            assert self._local_means is not None
+            copy = AnchorCopy(self._local_means, self._local_factors, self._anchor_optimizer)
+            self.code_rule.step(copy, self._frozen_classify, terms.z.detach(), batch[1])
         self.log("train/loss", terms.loss, prog_bar=True)
         return terms.loss
 
@@ -682,23 +593,10 @@ class FLIC(FederatedClassifier):
 
         """
         self.set_local_phase(None)
-        params = list(self.embedding.parameters())
-        optimizer = torch.optim.Adam(params, lr=self.pretrain_lr)
-        history = []
-        with torch.enable_grad():
-            for _ in range(epochs):
-                total, count = 0.0, 0
-                for x, y in loader:
-                    x, y = x.to(self.device), y.to(self.device)
-                    loss = self.alignment_loss(self.embedding(x), y)
-                    optimizer.zero_grad(set_to_none=True)
-                    loss.backward()
-                    optimizer.step()
-                    total, count = total + float(loss.detach()), count + 1
-                history.append(total / max(count, 1))
-        optimizer.zero_grad(set_to_none=True)
-        self.pretrain_history = history
-        return history
+        self.pretrain_history = pretrain_embedding(
+            self.embedding, self.alignment_loss, loader, epochs, self.pretrain_lr, self.device
+        )
+        return self.pretrain_history
 
     def on_train_start(self) -> None:
         r"""Prepare the participation's anchor update; without the engine, also pre-train :math:`\phi_i` here.
@@ -716,50 +614,6 @@ class FLIC(FederatedClassifier):
             self._anchor_optimizer = self._anchor_copy_optimizer()
 
     # ---------------------------------------------------------------- anchor update and uploads
-    def anchor_objective(
-        self,
-        z: Tensor,
-        y: Tensor,
-        means: Tensor,
-        factors: Tensor | None,
-        mask: Tensor | None = None,
-        noise: Tensor | None = None,
-    ) -> Tensor:
-        r"""The reference code's anchor loss: CE of the classifier on the C means plus :math:`W_2^2` to the batch.
-
-        The classifier's weights are held fixed (detached), so the loss's gradient reaches the anchors only.
-
-        Args:
-            z: the batch's embeddings ``(B, k)`` (detached).
-            y: its labels ``(B,)``.
-            means: the local anchor means ``(C, k)``.
-            factors: the local anchor factors ``(C, k, k)``, or ``None`` for fixed covariances.
-            mask: the batch's real rows ``(B,)``; all by default.
-            noise: the anchor samples' draws ``(B, k)`` with ``anchor_stats="sampled"``; ``None`` draws them here.
-
-        """
-        hidden = {name: p.detach() for name, p in self.hidden.named_parameters()}
-        head = {name: p.detach() for name, p in self.head.named_parameters()}
-        logits = functional_call(self.head, head, (functional_call(self.hidden, hidden, (means,)),))
-        targets = torch.arange(len(means), device=means.device)
-        return F.cross_entropy(logits, targets) + self.alignment_loss(z, y, means, factors, mask, noise)
-
-    def _code_anchor_step(self, z: Tensor, y: Tensor) -> None:
-        """The reference code's per-batch anchor step (:meth:`anchor_objective`), taken by the module itself.
-
-        With learned covariances the local factors take the same Adam step on the :math:`W_2^2` term.
-        """
-        means, factors = self._local_means, self._local_factors
-        assert means is not None
-        assert self._anchor_optimizer is not None
-        local = [means] if factors is None else [means, factors]
-        with torch.enable_grad():
-            grads = torch.autograd.grad(self.anchor_objective(z, y, means, factors), local)
-        for tensor, grad in zip(local, grads, strict=True):
-            tensor.grad = grad
-        self._anchor_optimizer.step()
-        self._anchor_optimizer.zero_grad(set_to_none=True)
-
     @torch.no_grad()
     def embed_all(self, loader: Iterable[Any]) -> tuple[Tensor, Tensor]:
         """Embeddings ``(N, k)`` (in eval mode) and labels ``(N,)`` of every batch of ``loader``."""
@@ -770,37 +624,14 @@ class FLIC(FederatedClassifier):
         return torch.cat([z for z, _ in pairs]), torch.cat([y for _, y in pairs])
 
     def paper_anchor_step(self, z: Tensor, y: Tensor) -> tuple[Tensor, Tensor | None]:
-        """One gradient step from the received anchors on the client's classes (paper Alg. S2, steps 17-22).
+        """:meth:`PaperAnchorRule.step <fedhet.modules.flic_anchor_rules.PaperAnchorRule.step>` from the anchors.
 
         Args:
             z: the client's embedded training set, shape ``(N, k)``.
             y: its labels, shape ``(N,)``.
 
-        Returns:
-            the client's anchor means ``(C, k)`` and, with learned covariances, factors ``(C, k, k)``.
-
         """
-        counts, class_means, class_covs = class_moments(z, y, self.spec.num_classes)
-        present = counts > 0
-        means = self.anchor_means.detach().clone().requires_grad_(True)
-        factors = self.anchor_factors_or_none()
-        factors = factors.detach().clone().requires_grad_(True) if factors is not None else None
-        with torch.enable_grad():
-            loss = self.lambda_align * (means[present] - class_means[present]).pow(2).sum()
-            if factors is not None:
-                loss = loss + self.lambda_align * bures_sq(factors[present], class_covs[present]).sum()
-            if self.lambda_anchor:
-                classes = present.nonzero().squeeze(1)
-                per_class = self.anchor_samples or len(y)
-                labels = classes.repeat_interleave(per_class)
-                draws = self.sample_anchors(labels, means, factors)
-                loss = loss + self.lambda_anchor * F.cross_entropy(self.classify(draws), labels) * len(classes)
-            inputs = [means] if factors is None else [means, factors]
-            grads = torch.autograd.grad(loss, inputs, allow_unused=True)
-        new_means = (means - self.anchor_lr * grads[0]).detach()
-        if factors is None:
-            return new_means, None
-        return new_means, lower_triangular(factors - self.anchor_lr * grads[1])
+        return self.paper_rule.step(self.classify, self.anchor_means, self.anchor_factors_or_none(), z, y)
 
     def on_train_end(self) -> None:
         """Unfreeze everything; compute the client's anchors and put them in the upload."""
@@ -810,9 +641,7 @@ class FLIC(FederatedClassifier):
         z, y = self.embed_all(self.train_batches())
         if self.anchor_update == "code":
             assert self._local_means is not None
-            means, factors = self._local_means.detach().clone(), self._local_factors
-            if factors is not None:
-                factors = lower_triangular(factors)
+            means, factors = self.code_rule.result(self._local_means, self._local_factors)
             self._local_means, self._local_factors, self._anchor_optimizer = None, None, None
         else:
             means, factors = self.paper_anchor_step(z, y)
