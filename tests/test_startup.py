@@ -8,7 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from fedhet.cli import FederatedCLI, usage
+import pytest
+
+from fedhet.cli import FederatedCLI, main, usage
+from fedhet.cli._lightning import SUBCOMMANDS
 from fedhet.cli_text import COMMANDS
 
 ROOT = Path(__file__).parents[1]
@@ -42,7 +45,7 @@ def test_fedhet_help_lists_the_commands_without_lightning():
 
 
 def test_the_help_names_fedhet_and_every_command(capsys):
-    assert set(COMMANDS) == {*FederatedCLI.subcommands(), "compare"}
+    assert set(COMMANDS) == {*SUBCOMMANDS, "compare"}
     text = usage()
     assert text.startswith("usage: fedhet {fit,validate,test,export,compare}")
     assert "Lightning Trainer command line tool" not in text
@@ -61,3 +64,21 @@ def test_a_fedavg_fit_loads_no_other_method_nor_pot_optuna_or_flower(tmp_path):
     assert not top_level(modules) & {"ot", "optuna", "flwr"}
     assert not {m for m in modules if m.startswith("fedhet.integrations")}
     assert list(tmp_path.glob("version_0/checkpoints/*.ckpt"))  # the fit ran
+
+
+def test_a_command_builds_the_parser_of_its_own_subcommand_only(monkeypatch, capsys):
+    built = []
+    add = FederatedCLI.add_core_arguments_to_parser
+    monkeypatch.setattr(
+        FederatedCLI, "add_core_arguments_to_parser", lambda cli, parser: built.append(1) or add(cli, parser)
+    )
+    with pytest.raises(SystemExit):
+        main(["fit", "-c", str(ROOT / "configs" / "fedavg" / "digits.yaml"), "--print_config"])
+    assert len(built) == 1
+    assert "class_path: fedhet.modules.FedAvg" in capsys.readouterr().out
+    built.clear()
+    with pytest.raises(SystemExit) as ended:  # no known subcommand: every parser, and argparse's list of them
+        main(["fitt"])
+    assert ended.value.code == 2
+    assert len(built) == len(SUBCOMMANDS)
+    assert "fit" in capsys.readouterr().err

@@ -19,7 +19,7 @@ import yaml
 from jsonargparse import DefaultHelpFormatter, Namespace
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, _InstantiatorFn
 
-from fedhet.cli_text import DESCRIPTION, error_sentence, plain_text
+from fedhet.cli_text import COMMANDS, DESCRIPTION, error_sentence, plain_text
 from fedhet.datamodules.federated import FederatedDataModule
 from fedhet.modules.base import FederatedModule
 from fedhet.plugins import FederatedTrainer, Reporting
@@ -28,6 +28,9 @@ from fedhet.plugins.rounds.epochs import epoch_schedule
 from fedhet.plugins.storage.run_folder import config_root, latest_checkpoint
 
 _DEFAULT_ROUNDS = inspect.signature(FederatedTrainer).parameters["rounds"].default
+
+SUBCOMMANDS = {name: {"model", "datamodule"} for name in COMMANDS if name != "compare"}
+"""The LightningCLI subcommands (every ``fedhet`` command but ``compare``) and the arguments their configs give."""
 
 
 def _import_class(path: str) -> Any:
@@ -129,6 +132,10 @@ class FederatedCLI(LightningCLI):
 
         """
         self.full_errors = full_errors
+        given = kwargs.get("args")
+        words = sys.argv[1:] if given is None else given
+        first = words[0] if isinstance(words, (list, tuple)) and words else None
+        self._command: str | None = first if first in SUBCOMMANDS else None
         kwargs.setdefault("model_class", FederatedModule)
         kwargs.setdefault("datamodule_class", FederatedDataModule)
         kwargs.setdefault("subclass_mode_model", True)
@@ -192,10 +199,15 @@ class FederatedCLI(LightningCLI):
         now = self._resolved(self.parser.parse_args(["fit", "-c", str(config)]), "fit")
         return bool({**now, "ckpt_path": None} == {**then, "ckpt_path": None})
 
-    @staticmethod
-    def subcommands() -> dict[str, set[str]]:
-        """``fit``, ``validate``, ``test``, ``export`` (clients as Lightning checkpoints); model and data: config."""
-        return {name: {"model", "datamodule"} for name in ("fit", "validate", "test", "export")}
+    def subcommands(self) -> dict[str, set[str]]:  # type: ignore[override]
+        """The subcommands whose parsers are built: the one the command line runs, or, if it names none, all of them.
+
+        :data:`SUBCOMMANDS` are ``fit``, ``validate``, ``test``, ``export`` (clients as Lightning checkpoints). Each
+        parser holds every option of the trainer, the model and the data (a few tenths of a CPU second to build), so
+        ``fedhet fit ...`` builds the ``fit`` parser alone; a command line that starts with an option (``fedhet -c
+        config.yaml fit``) or names no known subcommand gets them all (and the usual error for an unknown one).
+        """
+        return {self._command: SUBCOMMANDS[self._command]} if self._command is not None else dict(SUBCOMMANDS)
 
     def add_core_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         """Add the FederatedTrainer's arguments (it is not a ``lightning.Trainer``), then model and data."""
