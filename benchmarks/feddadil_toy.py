@@ -60,8 +60,8 @@ def toy(args: argparse.Namespace, root: Path, png: Path) -> dict[str, float]:
     target = FedDaDiL(num_atoms=TOY_ATOMS, atom_size=TOY_SIZE, batch_size=128, target=TOY_TARGET)
     target.setup_client(data.specs[TOY_TARGET])
     target.configure_model()
-    target.load_state_dict(state["clients"][TOY_TARGET]["personal"])
-    target.receive_statistics(state["server"]["statistics"])
+    target.load_state_dict(state.clients[TOY_TARGET]["personal"])
+    target.receive_statistics(state.server["statistics"])
     support, labels = target.reconstruct()
     import matplotlib
 

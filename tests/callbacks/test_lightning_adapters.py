@@ -36,8 +36,8 @@ def test_model_checkpoint_keeps_the_top_k_rounds(tmp_path, tiny_federation):
     losses = [row["val/loss_mean"] for row in trainer.history]
     best_two = sorted(range(5), key=lambda r: losses[r])[:2]
     kept = sorted(p for p in (tmp_path / "version_0" / "checkpoints").glob("round=*.ckpt"))
-    assert sorted(load_checkpoint(p)["round"] - 1 for p in kept) == sorted(best_two)
-    assert load_checkpoint(checkpoint.best_model_path)["round"] - 1 == best_two[0]
+    assert sorted(load_checkpoint(p).round - 1 for p in kept) == sorted(best_two)
+    assert load_checkpoint(checkpoint.best_model_path).round - 1 == best_two[0]
     assert float(checkpoint.best_model_score) == pytest.approx(losses[best_two[0]])
     assert sorted(checkpoint.best_k_models) == sorted(str(p) for p in kept)
     assert Path(checkpoint.best_model_path).name == f"round={best_two[0]}-val_loss_mean={losses[best_two[0]]:.4f}.ckpt"
@@ -48,7 +48,7 @@ def test_model_checkpoint_without_monitor_keeps_the_latest_and_honours_filename(
     trainer = fit(tmp_path, tiny_federation, [checkpoint], rounds=3)
     (kept,) = (tmp_path / "kept").iterdir()
     assert kept.name == f"r2-{trainer.history[-1]['val/acc_mean']:.3f}.ckpt"
-    assert load_checkpoint(kept)["round"] == 3
+    assert load_checkpoint(kept).round == 3
 
 
 def test_early_stopping_ends_the_federation_after_the_round_that_triggers_it(tmp_path, tiny_federation):
@@ -57,7 +57,7 @@ def test_early_stopping_ends_the_federation_after_the_round_that_triggers_it(tmp
     assert len(trainer.history) == 2  # round 0 sets the best; round 1 cannot improve on it by 100: stop
     assert stopping.stopped_epoch == 1
     assert "did not improve" in stopping.stopping_reason_message
-    assert load_checkpoint(tmp_path / "version_0" / "checkpoints" / "last.ckpt")["round"] == 2
+    assert load_checkpoint(tmp_path / "version_0" / "checkpoints" / "last.ckpt").round == 2
 
 
 def test_early_stopping_threshold(tmp_path, tiny_federation):

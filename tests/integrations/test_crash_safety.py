@@ -85,7 +85,7 @@ def test_sigkill_during_training_loses_at_most_the_current_round(tmp_path, confi
     try:
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline:
-            if ckpt.is_file() and load_checkpoint(ckpt)["round"] >= 2:
+            if ckpt.is_file() and load_checkpoint(ckpt).round >= 2:
                 break
             time.sleep(0.05)
         else:
@@ -94,7 +94,7 @@ def test_sigkill_during_training_loses_at_most_the_current_round(tmp_path, confi
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=60)
     assert proc.returncode == -signal.SIGKILL
-    done = load_checkpoint(ckpt)["round"]
+    done = load_checkpoint(ckpt).round
     assert done >= 2
     subprocess.run([sys.executable, "-m", "fedhet", *fit_args(config, root, "--ckpt_path", "last")], check=True)
     assert metrics(root) == uninterrupted
@@ -106,7 +106,7 @@ def test_sigkill_while_writing_a_checkpoint_keeps_the_previous_one(tmp_path, con
     proc = subprocess.run([sys.executable, "-c", KILL_WHILE_SAVING, *fit_args(config, root)], env=env, timeout=300)
     assert proc.returncode == -signal.SIGKILL
     state = load_checkpoint(root / "version_0" / "checkpoints" / "last.ckpt")  # intact, from the write before
-    assert state["round"] == 3
+    assert state.round == 3
     subprocess.run([sys.executable, "-m", "fedhet", *fit_args(config, root, "--ckpt_path", "last")], check=True)
     assert metrics(root) == uninterrupted
     # the next write removed the dead write's temporary file

@@ -34,8 +34,8 @@ def test_step_two_runs_step_one_first_reuses_it_and_reruns_it_once_edited(tmp_pa
     (tmp_path / "step2.yaml").write_text(yaml.safe_dump(step2))
     main(["fit", "-c", str(tmp_path / "step2.yaml")])
     assert "has no checkpoint under" in capsys.readouterr().out
-    assert load_checkpoint(tmp_path / "step1" / "version_0" / "checkpoints" / "last.ckpt")["round"] == 2
-    assert load_checkpoint(tmp_path / "step2" / "version_0" / "checkpoints" / "last.ckpt")["round"] == 1
+    assert load_checkpoint(tmp_path / "step1" / "version_0" / "checkpoints" / "last.ckpt").round == 2
+    assert load_checkpoint(tmp_path / "step2" / "version_0" / "checkpoints" / "last.ckpt").round == 1
     main(["fit", "-c", str(tmp_path / "step2.yaml")])  # step 1's checkpoint is found: it does not run again
     assert "has no checkpoint under" not in capsys.readouterr().out
     assert versions(tmp_path / "step1") == [0]
@@ -45,7 +45,7 @@ def test_step_two_runs_step_one_first_reuses_it_and_reruns_it_once_edited(tmp_pa
     main(["fit", "-c", str(tmp_path / "step2.yaml")])
     assert "no longer matches the config.yaml of the run" in capsys.readouterr().out
     assert versions(tmp_path / "step1") == [0, 1]
-    assert load_checkpoint(tmp_path / "step1" / "version_1" / "checkpoints" / "last.ckpt")["round"] == 3
+    assert load_checkpoint(tmp_path / "step1" / "version_1" / "checkpoints" / "last.ckpt").round == 3
     main(["fit", "-c", str(tmp_path / "step2.yaml")])  # the new one is
     assert "running it first" not in capsys.readouterr().out
     assert versions(tmp_path / "step1") == [0, 1]

@@ -1,6 +1,7 @@
 """Checkpoints are untrusted input: what they hold may not write outside the run (issue 16, item 3), and a damaged
 checkpoint or one of another run is refused with a message naming what differs (item 4)."""
 
+import dataclasses
 import re
 import struct
 import zipfile
@@ -17,9 +18,7 @@ from tests.plugins.test_trainer import make_trainer
 
 def _tamper(path, **fields):
     """Rewrite a checkpoint with some fields changed, as a crafted file would be (a valid checkpoint otherwise)."""
-    state = load_checkpoint(path)
-    state.update(fields)
-    save_checkpoint(path, {k: v for k, v in state.items() if k not in ("format", "version")})
+    save_checkpoint(path, dataclasses.replace(load_checkpoint(path), **fields))
 
 
 @pytest.mark.parametrize("version", ["../../victim", "<absolute>", "version_0/../../../victim", ""])
@@ -42,6 +41,25 @@ def test_a_logger_version_inside_the_run_resumes(tmp_path, tiny_federation):
     trainer.fit(FedRep(hidden_dims=[8]), tiny_federation, ckpt_path="last")
     # the run goes on in its checkpoint's version folder (the logger version in the checkpoint is only validated)
     assert (tmp_path / "version_0" / "metrics.csv").is_file()
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"round": "3"}, "field 'round' must be of type int, got str"),
+        ({"client_ids": ["a", 2]}, "field 'client_ids' must hold strings"),
+        ({"server": None}, "field 'server' must be of type dict, got NoneType"),
+        ({"logger_versions": "version_0"}, "field 'logger_versions' must be a list"),
+    ],
+)
+def test_a_crafted_field_of_the_wrong_type_is_refused_in_one_line(tmp_path, tiny_federation, fields, message):
+    make_trainer(tmp_path, rounds=1).fit(FedRep(hidden_dims=[8]), tiny_federation)
+    ckpt = tmp_path / "version_0" / "checkpoints" / "last.ckpt"
+    _tamper(ckpt, **fields)  # its checksum matches: only the field's type gives it away
+    with pytest.raises(ValueError, match=re.escape(message)) as refused:
+        make_trainer(tmp_path, rounds=2).fit(FedRep(hidden_dims=[8]), tiny_federation, ckpt_path="last")
+    assert "last.ckpt" in str(refused.value)
+    assert "\n" not in str(refused.value)
 
 
 # ---------------------------------------------------------------- integrity and compatibility (issue 16, item 4)

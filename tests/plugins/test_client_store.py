@@ -198,7 +198,7 @@ def test_a_client_with_a_long_id_keeps_its_state_and_reaches_the_checkpoint(tmp_
     spilling = _spilling_trainer(tmp_path / "disk", rounds=3)
     spilling.fit(FedRep(hidden_dims=[8]), federation)
     assert _comparable(spilling.history) == _comparable(reference.history)
-    clients = load_checkpoint(tmp_path / "disk" / "version_0" / "checkpoints" / "last.ckpt")["clients"]
+    clients = load_checkpoint(tmp_path / "disk" / "version_0" / "checkpoints" / "last.ckpt").clients
     assert set(clients) == {"a", long_id, "c"}
     for name, value in reference.store[long_id].personal.items():
         assert torch.equal(clients[long_id]["personal"][name], value)

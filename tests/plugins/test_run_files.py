@@ -20,7 +20,7 @@ import torch
 from fedhet.callbacks import FederatedCallback
 from fedhet.datamodules import FederatedDataModule
 from fedhet.modules import FedAvg, FedRep
-from fedhet.plugins.storage.checkpoint import load_checkpoint, save_checkpoint
+from fedhet.plugins.storage.checkpoint import load_checkpoint
 from fedhet.plugins.storage.client_store import spill_name
 from fedhet.plugins.storage.run_folder import RunFolder, versions
 from tests.plugins.test_run_folder import make_trainer, rounds_logged
@@ -55,7 +55,7 @@ def test_a_second_resume_of_a_held_version_is_refused_naming_the_holder(tmp_path
     assert "\n" not in message
     assert re.search(rf"version_0 is in use by fedhet fit \(pid {os.getpid()} on ", message), message
     assert rounds_logged(tmp_path / "version_0") == [0, 1]  # each round once
-    assert load_checkpoint(tmp_path / "version_0" / "checkpoints" / "last.ckpt")["round"] == 2
+    assert load_checkpoint(tmp_path / "version_0" / "checkpoints" / "last.ckpt").round == 2
     assert versions(tmp_path) == [0]
 
 
@@ -96,7 +96,7 @@ def test_a_checkpoint_rewritten_before_the_folder_is_held_is_read_again(tmp_path
     probe = AtRoundEnd(lambda round_idx: round_idx)
     make_trainer(tmp_path, rounds=3, callbacks=[probe]).fit(FedAvg(hidden_dims=[8]), tiny_federation, ckpt_path="last")
     assert probe.outcomes == [2]  # resumed from the checkpoint the folder holds once held, not the one read before
-    assert load_checkpoint(ckpt)["round"] == 3
+    assert load_checkpoint(ckpt).round == 3
 
 
 @pytest.mark.distributed
@@ -256,7 +256,7 @@ def _replace_pickle(path, body):
 
 def test_a_deeply_nested_federation_checkpoint_is_refused_naming_the_file(tmp_path):
     path = tmp_path / "last.ckpt"
-    save_checkpoint(path, {"round": 1})
+    torch.save({"round": 1}, path)  # a torch file whose pickle is replaced below
     fields = {"format": "fedhet-federation-checkpoint", "version": 2, "sha256": "0" * 64, "state": {"x": "NESTED"}}
     _replace_pickle(path, _nested_pickle(fields, 100_000))
     with pytest.raises(ValueError, match=r"last\.ckpt.*nest"):

@@ -67,7 +67,7 @@ def test_a_second_run_gets_its_own_folder_and_leaves_the_first_intact(tmp_path, 
     assert first.run_dir == tmp_path / "version_0"
     assert second.run_dir == tmp_path / "version_1"
     assert first_ckpt.read_bytes() == before
-    assert load_checkpoint(tmp_path / "version_1" / "checkpoints" / "last.ckpt")["round"] == 1
+    assert load_checkpoint(tmp_path / "version_1" / "checkpoints" / "last.ckpt").round == 1
     assert rounds_logged(tmp_path / "version_0") == [0, 1]
     assert rounds_logged(tmp_path / "version_1") == [0]
     # 'last' is the latest version's checkpoint: the 1-round model, evaluated in a folder of its own
@@ -85,8 +85,8 @@ def test_resuming_goes_on_in_the_checkpoints_version(tmp_path, tiny_federation):
     assert resumed.run_dir == tmp_path / "version_0"
     assert versions(tmp_path) == [0, 1]
     assert rounds_logged(tmp_path / "version_0") == [0, 1, 2]
-    assert load_checkpoint(tmp_path / "version_0" / "checkpoints" / "last.ckpt")["round"] == 3
-    assert load_checkpoint(tmp_path / "version_1" / "checkpoints" / "last.ckpt")["round"] == 1
+    assert load_checkpoint(tmp_path / "version_0" / "checkpoints" / "last.ckpt").round == 3
+    assert load_checkpoint(tmp_path / "version_1" / "checkpoints" / "last.ckpt").round == 1
 
 
 def test_spilled_client_states_live_in_the_run_folder(tmp_path, tiny_federation):
@@ -112,7 +112,7 @@ def test_cli_runs_keep_config_checkpoints_and_logs_together(tmp_path, monkeypatc
     for version, rounds in ((0, 2), (1, 1)):
         folder = tmp_path / f"version_{version}"
         assert yaml.safe_load((folder / "config.yaml").read_text())["trainer"]["rounds"] == rounds
-        assert load_checkpoint(folder / "checkpoints" / "last.ckpt")["round"] == rounds
+        assert load_checkpoint(folder / "checkpoints" / "last.ckpt").round == rounds
         assert len(rounds_logged(folder)) == rounds
 
 

@@ -44,15 +44,15 @@ def test_a_callback_that_makes_the_server_state_nan_is_named_and_the_last_checkp
         trainer.fit(FedRep(hidden_dims=[8]), tiny_federation)
     assert len(trainer.history) == BAD_ROUND  # the poisoned round was neither evaluated nor logged
     state = load_checkpoint(tmp_path / "version_0" / "checkpoints" / "last.ckpt")
-    assert state["round"] == BAD_ROUND  # written after round 0, not overwritten
-    assert all(bool(torch.isfinite(t).all()) for t in state["server"]["shared"].values())
+    assert state.round == BAD_ROUND  # written after round 0, not overwritten
+    assert all(bool(torch.isfinite(t).all()) for t in state.server["shared"].values())
 
 
 def test_a_callback_that_raises_on_the_server_is_named_with_its_round(tmp_path, tiny_federation):
     trainer = make_trainer(tmp_path, rounds=3, callbacks=[RaisesOnTheServer()])
     with pytest.raises(RuntimeError, match=r"round 1: callback 'RaisesOnTheServer' \(on_aggregate_end\) raised Key"):
         trainer.fit(FedRep(hidden_dims=[8]), tiny_federation)
-    assert load_checkpoint(tmp_path / "version_0" / "checkpoints" / "last.ckpt")["round"] == BAD_ROUND
+    assert load_checkpoint(tmp_path / "version_0" / "checkpoints" / "last.ckpt").round == BAD_ROUND
 
 
 # ---------------------------------------------------------------- declared server-state access and order (issue 30)

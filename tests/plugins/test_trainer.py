@@ -154,7 +154,7 @@ def test_resume_gives_the_same_metrics(tmp_path, tiny_federation, module_cls):
 
     assert _comparable(resumed.history) == _comparable(full.history)
     state = load_checkpoint(tmp_path / "split" / "version_0" / "checkpoints" / "last.ckpt")
-    assert state["round"] == 4
+    assert state.round == 4
     # the resumed CSV log holds every round once
     csv_rows = (tmp_path / "split" / "version_0" / "metrics.csv").read_text().strip().splitlines()
     assert len(csv_rows) == 1 + 4

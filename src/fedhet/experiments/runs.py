@@ -351,7 +351,7 @@ def resume_point(folder: Path) -> tuple[Path, int] | None:
     if path is None:
         return None
     try:
-        done = int(load_checkpoint(path)["round"])
+        done = load_checkpoint(path).round
     except (ValueError, KeyError, TypeError) as err:
         _log.warning("run folder '%s': not resuming from %s (%s); the run starts again", folder, path, err)
         path.rename(path.with_name(path.name + ".unreadable"))

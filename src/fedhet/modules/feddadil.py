@@ -77,9 +77,7 @@ def load_step1_state(path: str | Path) -> dict[str, Tensor]:
         path = found
     state = torch.load(path, map_location="cpu", weights_only=True)
     if isinstance(state, dict) and state.get("format") == CHECKPOINT_FORMAT:
-        state = load_checkpoint(path)  # a federation checkpoint: its checksum verified
-    if "server" in state:
-        state = state["server"]["shared"]
+        state = load_checkpoint(path).server["shared"]  # a federation checkpoint, its checksum verified: the server's
     return {name: value for name, value in state.items() if name.startswith(("body.", "head."))}
 
 

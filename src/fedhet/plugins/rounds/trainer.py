@@ -44,6 +44,7 @@ from fedhet.plugins.rounds.sampling import ClientSampler, FullParticipation
 from fedhet.plugins.rounds.summaries import evaluation_metrics, merge_uploads, training_metrics
 from fedhet.plugins.storage.callback_state import callback_states, load_callback_states
 from fedhet.plugins.storage.checkpoint import (
+    FederationCheckpoint,
     check_checkpoint_matches,
     check_resumed_rounds,
     load_checkpoint,
@@ -594,7 +595,7 @@ class FederatedTrainer:
         gathered = gather_objects(self._fabric, (evaluations, no_failures))
         return evaluation_metrics(gathered, NEW_CLIENT_STAGE, self.reporting.per_client)
 
-    def _resumable(self, path: Path | None) -> dict[str, Any] | None:
+    def _resumable(self, path: Path | None) -> FederationCheckpoint | None:
         """The checkpoint a ``fit`` resumes, if any; a logger version naming a folder outside the run is refused."""
         state = load_checkpoint(path) if path is not None else None
         if state is not None and path is not None:  # untrusted content
@@ -670,42 +671,42 @@ class FederatedTrainer:
         if fabric.is_global_zero:
             save_checkpoint(
                 path,
-                {
-                    "round": self.current_round,
-                    "rounds": self.rounds,
-                    "seed": self.seed,
-                    "client_ids": self._client_ids,
-                    "server": self.server_state.state_dict(),
-                    "clients": {cid: s for part in stores for cid, s in part.items()},
-                    "callbacks": callback_states(self.callbacks),
-                    "history": self.history,
-                    "comm_totals": self.comm.state_dict(),
-                    "privacy": self._server_update.state_dict(),
-                    "logger_versions": [lg.version for lg in fabric.loggers],
-                    "fingerprint": self.context.fingerprint(self.callbacks),
-                },
+                FederationCheckpoint(
+                    round=self.current_round,
+                    rounds=self.rounds,
+                    seed=self.seed,
+                    client_ids=self._client_ids,
+                    server=self.server_state.state_dict(),
+                    clients={cid: s for part in stores for cid, s in part.items()},
+                    callbacks=callback_states(self.callbacks),
+                    history=self.history,
+                    comm_totals=self.comm.state_dict(),
+                    privacy=self._server_update.state_dict(),
+                    logger_versions=[lg.version for lg in fabric.loggers],
+                    fingerprint=self.context.fingerprint(self.callbacks),
+                ),
             )
             for logger in fabric.loggers:
                 logger.save()
         barrier(fabric)
 
     def _restore(
-        self, state: dict[str, Any], path: Path, replay_logs: bool = False, private: bool | None = None
+        self, state: FederationCheckpoint, path: Path, replay_logs: bool = False, private: bool | None = None
     ) -> None:
         """Load a checkpoint's federation into this run, once :func:`check_checkpoint_matches` accepts it."""
-        differences = fingerprint_differences(state["fingerprint"], self.context.fingerprint(self.callbacks))
+        differences = fingerprint_differences(state.fingerprint, self.context.fingerprint(self.callbacks))
         check_checkpoint_matches(state, path, self._client_ids, self.seed, differences, private)
-        if state.get("privacy") is not None:
-            self._server_update.load_state_dict(state["privacy"])
-        self.server_state.load_state_dict(state["server"])
+        if state.privacy is not None:
+            self._server_update.load_state_dict(state.privacy)
+        self.server_state.load_state_dict(state.server)
         self._store = self._new_store()
-        for cid, client_state in state["clients"].items():
+        for cid, client_state in state.clients.items():
             if self.owns(cid):
                 self._store[cid] = ClientState.from_state_dict(client_state)
-        load_callback_states(self.callbacks, state["callbacks"])
-        self.history = list(state["history"])
-        self.comm.load_state_dict(state["comm_totals"])
-        self.current_round = state["round"]
+        load_callback_states(self.callbacks, state.callbacks)
+        self.history = list(state.history)
+        self.comm.load_state_dict(state.comm_totals)
+        self.current_round = state.round
         self._has_state = True
         if replay_logs:  # the checkpoint's rounds, over the rows the run's CSV file holds for them (not to W&B)
             for logger in self._fabric.loggers:

@@ -1,9 +1,16 @@
-"""Atomic, self-describing federation checkpoints that load with ``weights_only=True``."""
+"""Atomic, self-describing federation checkpoints that load with ``weights_only=True``.
+
+The content of a checkpoint is one typed record, :class:`FederationCheckpoint`, written by :func:`save_checkpoint` and
+read back, checked field by field, by :func:`load_checkpoint`: the trainer (fit, resume, validate, test, export), a
+suite's resume and FedDaDiL's step-1 encoder read its fields by name, never the file's dictionary keys.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, cast
 
@@ -15,6 +22,85 @@ log = logging.getLogger(__name__)
 
 FORMAT = "fedhet-federation-checkpoint"
 VERSION = 2  # 2: the state under "state", with its SHA-256 (payload_digest) under "sha256"
+
+
+@dataclass(frozen=True)
+class FederationCheckpoint:
+    """What a federation checkpoint holds.
+
+    Attributes:
+        round: the rounds done.
+        rounds: the rounds the run that wrote it was set to train (``None`` in checkpoints that did not say).
+        seed: the trainer's seed.
+        client_ids: the federation's clients, in order.
+        server: the server state (:meth:`~fedhet.core.ServerState.state_dict`: ``shared``, ``statistics``,
+            ``per_client``).
+        clients: ``client id -> ClientState.state_dict()`` of every client.
+        callbacks: the stateful callbacks' states, by their keys.
+        history: the round metrics so far, one mapping per round.
+        comm_totals: the bytes sent up and down so far.
+        privacy: the privacy accountant's state (``None`` without differential privacy).
+        logger_versions: the version of each logger (the CSV logger's is the run's version folder).
+        fingerprint: what the run is (:func:`~fedhet.plugins.storage.fingerprint.run_fingerprint`).
+
+    """
+
+    round: int
+    rounds: int | None
+    seed: int
+    client_ids: list[str]
+    server: dict[str, Any]
+    clients: dict[str, Any]
+    callbacks: dict[str, Any]
+    history: list[dict[str, Any]]
+    comm_totals: dict[str, Any]
+    privacy: dict[str, Any] | None
+    logger_versions: list[Any]
+    fingerprint: dict[str, Any]
+
+    def to_state(self) -> dict[str, Any]:
+        """The plain dictionary the file holds (tensors and plain values only)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, Any], source: str | Path) -> FederationCheckpoint:
+        """Read a checkpoint's dictionary, refusing a missing or mistyped field in one line naming ``source``.
+
+        Raises:
+            ValueError: naming ``source`` and the field.
+
+        """
+        kinds: dict[str, tuple[type, ...]] = {
+            "round": (int,),
+            "seed": (int,),
+            "client_ids": (list,),
+            "server": (dict,),
+            "clients": (dict,),
+            "callbacks": (dict,),
+            "history": (list,),
+            "comm_totals": (dict,),
+            "fingerprint": (dict,),
+        }
+        where = f"checkpoint {str(source)!r}"
+        for name, kind in kinds.items():
+            value = state.get(name)
+            if not isinstance(value, kind) or isinstance(value, bool):
+                raise ValueError(
+                    f"{where}: field {name!r} must be of type {kind[0].__name__}, got {type(value).__name__}"
+                )
+        if not all(isinstance(cid, str) for cid in state["client_ids"]):
+            raise ValueError(f"{where}: field 'client_ids' must hold strings")
+        versions = state.get("logger_versions", [])
+        if not isinstance(versions, list):
+            raise ValueError(f"{where}: field 'logger_versions' must be a list, got {versions!r}")
+        rounds = state.get("rounds")
+        if rounds is not None and (not isinstance(rounds, int) or isinstance(rounds, bool)):
+            raise ValueError(f"{where}: field 'rounds' must be of type int, got {rounds!r}")
+        privacy = state.get("privacy")
+        if privacy is not None and not isinstance(privacy, dict):
+            raise ValueError(f"{where}: field 'privacy' must be of type dict, got {type(privacy).__name__}")
+        known = {name: state[name] for name in kinds}
+        return cls(**known, rounds=rounds, privacy=privacy, logger_versions=versions)
 
 
 def payload_digest(state: Any) -> str:
@@ -46,28 +132,30 @@ def payload_digest(state: Any) -> str:
     return digest.hexdigest()
 
 
-def save_checkpoint(path: str | Path, state: dict[str, Any]) -> None:
-    """Write ``state`` to ``path`` atomically: a temporary file in the same folder, flushed, then renamed.
+def save_checkpoint(path: str | Path, checkpoint: FederationCheckpoint) -> None:
+    """Write ``checkpoint`` to ``path`` atomically: a temporary file in the same folder, flushed, then renamed.
 
-    The file holds ``state`` with its :func:`payload_digest`: :func:`load_checkpoint` refuses a file whose content
-    does not hash to it (a flipped bit, a changed value). A process killed while writing leaves the previous checkpoint
-    intact; its temporary file is removed by the next write.
+    The file holds its content (:meth:`FederationCheckpoint.to_state`) with its :func:`payload_digest`:
+    :func:`load_checkpoint` refuses a file whose content does not hash to it (a flipped bit, a changed value). A
+    process killed while writing leaves the previous checkpoint intact; its temporary file is removed by the next
+    write.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     for orphan in path.parent.glob(f".{path.name}.*.tmp"):  # left by a process killed while writing
         orphan.unlink(missing_ok=True)
+    state = checkpoint.to_state()
     atomic_torch_save({"format": FORMAT, "version": VERSION, "sha256": payload_digest(state), "state": state}, path)
 
 
-def load_checkpoint(path: str | Path) -> dict[str, Any]:
+def load_checkpoint(path: str | Path) -> FederationCheckpoint:
     """Read a checkpoint written by :func:`save_checkpoint`, refusing truncated, corrupted or foreign files.
 
     Raises:
         FileNotFoundError: when ``path`` is not a file.
         ValueError: naming ``path`` when it is not a fedhet checkpoint of this format version, its content is
             nested too deep or too large to walk (:func:`~fedhet.plugins.storage.files.check_structure`), or does not
-            match its checksum.
+            match its checksum, or a field is missing or of the wrong type (:meth:`FederationCheckpoint.from_state`).
 
     """
     path = Path(path)
@@ -88,10 +176,12 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
             f"checkpoint {str(path)!r} is corrupted: its content does not match its SHA-256 checksum (a changed or"
             " damaged file); resume from an intact copy"
         )
-    return {"format": FORMAT, "version": VERSION, **state}
+    return FederationCheckpoint.from_state(state, path)
 
 
-def resumed_logger_version(state: dict[str, Any], logs_dir: str | Path, source: str | Path | None) -> int | str | None:
+def resumed_logger_version(
+    state: FederationCheckpoint, logs_dir: str | Path, source: str | Path | None
+) -> int | str | None:
     """The CSV logger version a resumed run writes to, refused unless it names a folder inside ``logs_dir``.
 
     A checkpoint is untrusted input: a version such as ``"../../elsewhere"`` would make the logger write (and
@@ -102,9 +192,7 @@ def resumed_logger_version(state: dict[str, Any], logs_dir: str | Path, source: 
             relative folder inside ``logs_dir``.
 
     """
-    versions = state.get("logger_versions") or []
-    if not isinstance(versions, list):
-        raise ValueError(f"checkpoint {str(source)!r}: field 'logger_versions' must be a list, got {versions!r}")
+    versions = state.logger_versions
     version = versions[0] if versions else None
     if version is None or (isinstance(version, int) and not isinstance(version, bool) and version >= 0):
         return version
@@ -112,7 +200,7 @@ def resumed_logger_version(state: dict[str, Any], logs_dir: str | Path, source: 
     return cast(str, version)  # path_under refuses all but a str
 
 
-def check_resumed_rounds(state: dict[str, Any], rounds: int, sampler: Any, source: str | Path) -> None:
+def check_resumed_rounds(state: FederationCheckpoint, rounds: int, sampler: Any, source: str | Path) -> None:
     """Say what resuming ``state`` with ``rounds`` rounds will do when it is not simply "run the rounds left".
 
     - fewer ``rounds`` than the checkpoint has done: refused (nothing would run and the history would not match);
@@ -124,7 +212,7 @@ def check_resumed_rounds(state: dict[str, Any], rounds: int, sampler: Any, sourc
         ValueError: naming ``source`` and the field ``rounds`` when ``rounds`` is below the rounds done.
 
     """
-    done = int(state["round"])
+    done = state.round
     if rounds < done:
         raise ValueError(
             f"checkpoint {str(source)!r} has {done} rounds done, but field 'rounds' is {rounds}: nothing would be"
@@ -133,7 +221,7 @@ def check_resumed_rounds(state: dict[str, Any], rounds: int, sampler: Any, sourc
     if rounds == done:
         log.warning("checkpoint %r has all %d rounds done: nothing to train (set 'rounds' higher to train more)",
                     str(source), done)  # fmt: skip
-    planned = state.get("rounds")
+    planned = state.rounds
     if getattr(sampler, "full_last_round", False) and planned is not None and done == planned < rounds:
         log.warning(
             "checkpoint %r ends a finished run of %d rounds whose last round (round %d) took every client"
@@ -144,7 +232,7 @@ def check_resumed_rounds(state: dict[str, Any], rounds: int, sampler: Any, sourc
 
 
 def check_checkpoint_matches(
-    state: dict[str, Any],
+    state: FederationCheckpoint,
     source: str | Path,
     client_ids: list[str],
     seed: int,
@@ -166,18 +254,18 @@ def check_checkpoint_matches(
         ValueError: naming ``source`` and the field that differs (clients, ``seed``, ``privacy``, the fingerprint).
 
     """
-    if private is not None and (state.get("privacy") is None) == private:
+    if private is not None and (state.privacy is None) == private:
         raise ValueError(
             f"checkpoint {str(source)!r} was written {'without' if private else 'with'} field 'privacy';"
             " a run cannot switch differential privacy on or off when it resumes"
         )
-    if state["client_ids"] != client_ids:
-        missing = sorted(set(state["client_ids"]) - set(client_ids))
-        extra = sorted(set(client_ids) - set(state["client_ids"]))
+    if state.client_ids != client_ids:
+        missing = sorted(set(state.client_ids) - set(client_ids))
+        extra = sorted(set(client_ids) - set(state.client_ids))
         raise ValueError(
             f"checkpoint {str(source)!r} was written for other clients (missing here: {missing}, new here: {extra})"
         )
-    if state["seed"] != seed:
-        raise ValueError(f"checkpoint {str(source)!r} was written with seed {state['seed']}, field 'seed' is {seed}")
+    if state.seed != seed:
+        raise ValueError(f"checkpoint {str(source)!r} was written with seed {state.seed}, field 'seed' is {seed}")
     if differences:
         raise ValueError(f"checkpoint {str(source)!r} was written by another run: " + "; ".join(differences))
