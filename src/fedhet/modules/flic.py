@@ -37,13 +37,10 @@ from fedhet.modules.classifier import FederatedClassifier
 from fedhet.modules.flic_anchor_rules import AnchorCopy, CodeAnchorRule, PaperAnchorRule
 from fedhet.modules.flic_nets import Activation, cnn_embedding, mlp_embedding
 from fedhet.modules.flic_pretraining import ALIGNMENT_PHASES, AlignmentRecord, pretrain_embedding
+from fedhet.modules.flic_schedule import REPRESENTATION, FLICSchedule
 from fedhet.modules.flic_terms import AnchorTerms
+from fedhet.modules.options import check_options
 from fedhet.plugins.clients.local_loop import phase_loader
-
-#: names of the statistics FLIC uploads (its copy of the anchors after local training) and receives
-PERSONAL = ("body.embed.*", "head.*")
-REPRESENTATION = ("body.hidden.*",)
-EMBEDDING = ("body.embed.*",)
 
 
 class _Terms(NamedTuple):
@@ -68,49 +65,30 @@ class FLIC(FederatedClassifier):
         \quad Z_c^j = v_c + L_c \xi_j
 
     over the classes :math:`P(B)` of the batch, with the batch moments of the embedded class (not detached) and the
-    anchors held fixed. Local schedule: at its first participation a client pre-trains :math:`\phi_i` for
-    ``pretrain_epochs`` on the alignment term alone (the paper pre-trains every client before round 0; pre-training at
-    first participation is the same for a client that had no earlier round and uses the latest anchors, as a new client
-    does in S1.4); then, each round, the trainer's local epochs train :math:`(\phi_i, \beta_i)` and, for FLIC-HL,
-    ``rep_epochs`` epochs train :math:`\alpha` alone. The client updates a local copy of the anchor means during local
-    training, as the reference code does (``anchor_update="code"``, the default): after every batch one Adam step
-    (``anchor_lr``) on the cross-entropy of the classifier on the :math:`C` means plus the :math:`W_2^2` to the batch's
-    classes, both of weight 1 (and the factors on the :math:`W_2^2` term when covariances are learned); it uploads that
-    copy and the server averages them. The paper's Alg. S2 (``anchor_update="paper"``) instead takes one gradient step
-    from the received anchors after training, :math:`\eta` = ``anchor_lr``, on :math:`\lambda_1 \|v_c - \hat m_c\|^2`
-    (plus :math:`\lambda_1 B^2` with learned covariances) and the :math:`\lambda_2` term, for its classes, with the
-    class moments of its whole training set: with the paper's :math:`\eta = \lambda_1 = 10^{-3}` an anchor moves by
-    :math:`2\eta\lambda_1 = 2 \cdot 10^{-6}` of its distance to the class mean per round, so nothing is learned
-    through the anchors (measured: 2e-6 per round against 3e-3 to 5e-3 with the code's rule on the linear-mapping toy;
-    :attr:`anchor_move` reports it).
+    anchors held fixed (:class:`~fedhet.modules.flic_terms.AnchorTerms`). Local schedule
+    (:class:`~fedhet.modules.flic_schedule.FLICSchedule`): at its first participation a client pre-trains
+    :math:`\phi_i` for ``pretrain_epochs`` on the alignment term alone (the paper pre-trains every client before round
+    0; at first participation is the same for a client that had no earlier round, as a new client does in S1.4); then,
+    each round, the trainer's local epochs train :math:`(\phi_i, \beta_i)` and, for FLIC-HL, ``rep_epochs`` epochs
+    train :math:`\alpha` alone. The client's anchor update follows the reference code (``anchor_update="code"``, a
+    per-batch Adam step on a local copy) or the paper (``"paper"``, one step after training), both in
+    :mod:`~fedhet.modules.flic_anchor_rules`; :attr:`anchor_move` reports how far it moved the anchors.
 
-    Under the federation engine these steps are engine phases (Fabric precision, step counts, seeds): pre-training and
-    re-alignment are :meth:`preparation_phases` stepping their own Adam (optimizer 1), their alignment loss reported
-    as ``train/pretrain_loss``; the anchor copy is optimizer 2, which every local phase steps with the model's
-    optimizer after one backward pass. Under a plain ``lightning.Trainer`` (whose automatic optimisation steps one
-    optimizer) the module runs both in its own hooks, with the same maths.
-
-    Clients train in stacks too (``FederatedTrainer(runner=StackedRunner(N))``, :mod:`fedhet.plugins.clients.stacked`):
-    the step's loss is :meth:`masked_loss`, the terms of ``training_step`` over a presence mask of all :math:`C` classes
-    with padding rows left out (a client trained alone evaluates its batch's classes only), and its anchor noise is
-    drawn with the batch (:meth:`step_draws`, its :meth:`stacking`'s ``draws``): the numbers ``training_step``
-    draws, :math:`J` for each class of the batch, placed in a ``(J, C, k)`` layout, as are the anchor samples of
-    ``anchor_stats="sampled"`` (a ``(B, k)`` draw per term that uses them); ``anchor_update="paper"``'s step after
-    training draws where the client's training draws ended, as alone.
+    Under the engine, pre-training and re-alignment are :meth:`preparation_phases` stepping their own Adam (optimizer
+    1), reported as ``train/pretrain_loss``, and the anchor copy is optimizer 2, stepped by every local phase; under a
+    plain ``lightning.Trainer`` the module runs both in its own hooks, with the same maths. Clients train in stacks
+    too (``StackedRunner``): one loss, :meth:`loss_terms`, over a presence mask of all :math:`C` classes, its draws
+    made with the batch (:meth:`step_draws`), the numbers ``training_step`` draws.
 
     Uploads: the shared parameters (``body.hidden.*`` for FLIC-HL, nothing for FLIC-Class) and the statistics
     ``flic/anchor_means`` :math:`(C, k)` (``flic/anchor_factors`` :math:`(C, k, k)` with learned covariances,
     ``flic/anchor_counts`` :math:`(C,)` with ``anchor_holders_only``). Receives ``flic/global_anchor_means`` (and
     factors). :math:`\phi_i` and :math:`\beta_i` never leave the client.
 
-    Further switches for the reference code's behaviour (off by default; spec ``flic.md`` §3-4, §9):
-    ``anchor_variance`` ``e`` (its anchors' variance), ``anchor_stats="sampled"`` (both Gaussians estimated from
-    samples), ``realign_epochs`` (re-alignment of :math:`\phi_i` against the newly received anchors at the start of
-    every participation after the first, i.e. every sampled client every round; the code re-aligns every client,
-    sampled or not, after every aggregation), ``rep_start_round`` (no
-    :math:`\alpha` training before that round), ``final_local_epochs`` (the last round trains only the personal parts
-    for that many epochs), ``weight_decay=1e-3`` and the 9 + 1 epoch split (``trainer.local_epochs: 9``). The digits
-    CNN has no activation before the latent space, as in the code (``cnn_fc_activation=True`` is the paper's ReLU).
+    The reference code's switches are off by default: ``anchor_variance`` ``e``, ``anchor_stats="sampled"``,
+    ``realign_epochs`` (every later participation; the code re-aligns every client after every aggregation),
+    ``rep_start_round``, ``final_local_epochs``, ``weight_decay=1e-3`` and the 9 + 1 epoch split
+    (``trainer.local_epochs: 9``); its digits CNN has no activation before the latent space (``cnn_fc_activation``).
 
     Args:
         variant: ``"class"`` (FLIC-Class: only the anchors are shared) or ``"hl"`` (FLIC-HL: and a shared hidden
@@ -194,43 +172,37 @@ class FLIC(FederatedClassifier):
         super().__init__(
             hidden_dims=embedding_hidden_dims, dropout=embedding_dropout, optimizer="adam", lr=lr, weight_decay=0.0
         )
-        choices = {
-            "variant": (variant, ("class", "hl")),
-            "network": (network, ("auto", "mlp", "cnn")),
-            "embedding_activation": (embedding_activation, ("relu", "leaky_relu")),
-            "anchor_stats": (anchor_stats, ("closed_form", "sampled")),
-            "anchor_update": (anchor_update, ("paper", "code")),
-            "anchor_weighting": (anchor_weighting, ("uniform", "samples")),
-            "covariance_aggregation": (covariance_aggregation, ("bures", "cholesky_mean")),
-        }
-        for name, (value, allowed) in choices.items():
-            if value not in allowed:
-                raise ValueError(f"{type(self).__name__}: field '{name}' must be one of {allowed}, got {value!r}")
-        non_negative: dict[str, float] = {
-            "lambda_align": lambda_align,
-            "lambda_anchor": lambda_anchor,
-            "pretrain_epochs": pretrain_epochs,
-            "realign_epochs": realign_epochs,
-            "rep_epochs": rep_epochs,
-            "rep_start_round": rep_start_round,
-            "weight_decay": weight_decay,
-        }
-        for field, amount in non_negative.items():
-            if amount < 0:
-                raise ValueError(f"{type(self).__name__}: field '{field}' must be >= 0, got {amount}")
-        positive: dict[str, float | None] = {
-            "latent_dim": latent_dim,
-            "hidden_width": hidden_width,
-            "anchor_variance": anchor_variance,
-            "anchor_lr": anchor_lr,
-            "pretrain_lr": pretrain_lr,
-            "anchor_samples": anchor_samples,
-            "pretrain_batch_size": pretrain_batch_size,
-            "final_local_epochs": final_local_epochs,
-        }
-        for field, size in positive.items():
-            if size is not None and size <= 0:
-                raise ValueError(f"{type(self).__name__}: field '{field}' must be positive, got {size}")
+        check_options(
+            type(self).__name__,
+            choices={
+                "variant": (variant, ("class", "hl")),
+                "network": (network, ("auto", "mlp", "cnn")),
+                "embedding_activation": (embedding_activation, ("relu", "leaky_relu")),
+                "anchor_stats": (anchor_stats, ("closed_form", "sampled")),
+                "anchor_update": (anchor_update, ("paper", "code")),
+                "anchor_weighting": (anchor_weighting, ("uniform", "samples")),
+                "covariance_aggregation": (covariance_aggregation, ("bures", "cholesky_mean")),
+            },
+            non_negative={
+                "lambda_align": lambda_align,
+                "lambda_anchor": lambda_anchor,
+                "pretrain_epochs": pretrain_epochs,
+                "realign_epochs": realign_epochs,
+                "rep_epochs": rep_epochs,
+                "rep_start_round": rep_start_round,
+                "weight_decay": weight_decay,
+            },
+            positive={
+                "latent_dim": latent_dim,
+                "hidden_width": hidden_width,
+                "anchor_variance": anchor_variance,
+                "anchor_lr": anchor_lr,
+                "pretrain_lr": pretrain_lr,
+                "anchor_samples": anchor_samples,
+                "pretrain_batch_size": pretrain_batch_size,
+                "final_local_epochs": final_local_epochs,
+            },
+        )
         self.variant = variant
         self.shared = REPRESENTATION if variant == "hl" else ()
         self.latent_dim = latent_dim
@@ -278,6 +250,16 @@ class FLIC(FederatedClassifier):
         """The anchor terms of the loss (:class:`~fedhet.modules.flic_terms.AnchorTerms`)."""
         self.code_rule = CodeAnchorRule(self.terms, anchor_lr)
         self.paper_rule = PaperAnchorRule(self.terms, anchor_lr, lambda_align, lambda_anchor)
+        self.schedule = FLICSchedule(
+            variant == "hl",
+            rep_epochs,
+            rep_start_round,
+            final_local_epochs,
+            pretrain_epochs,
+            realign_epochs,
+            pretrain_batch_size,
+        )
+        """The local schedule (:class:`~fedhet.modules.flic_schedule.FLICSchedule`)."""
 
     @property
     def uses_anchors(self) -> bool:
@@ -375,21 +357,14 @@ class FLIC(FederatedClassifier):
         same numbers.
         """
         x, y = batch[0], batch[1]
-        dtype = self.anchor_means.dtype
-        none = torch.zeros(0, self.latent_dim, device=y.device, dtype=dtype)
-        noise = torch.zeros(0, self.spec.num_classes, self.latent_dim, device=y.device, dtype=dtype)
-        if phase in ALIGNMENT_PHASES:
-            return x, y, noise, none, none
-        sampled = self.anchor_stats == "sampled"
-        align = none
-        if sampled and self._aligns(phase):
-            align = torch.randn(len(y), self.latent_dim, device=y.device, dtype=dtype)
-        if self.lambda_anchor:
-            noise = self.terms.noise(y, self.spec.num_classes, dtype)
-        objective = none
-        if sampled and self._engine_copy is not None:
-            objective = torch.randn(len(y), self.latent_dim, device=y.device, dtype=dtype)
-        return x, y, noise, align, objective
+        steps = phase not in ALIGNMENT_PHASES
+        align, classification = steps and self._aligns(phase), steps and bool(self.lambda_anchor)
+        objective = steps and self._engine_copy is not None
+        noise, align_noise, objective_noise = self.terms.draws(
+            y, self.spec.num_classes, self.anchor_means.dtype, align=align, classification=classification,
+            objective=objective,
+        )  # fmt: skip
+        return x, y, noise, align_noise, objective_noise
 
     def masked_loss(self, batch: Sequence[Tensor], mask: Tensor) -> Tensor:
         """The loss of :meth:`loss_terms` on a batch completed by :meth:`step_draws`, over its rows where ``mask``."""
@@ -455,14 +430,7 @@ class FLIC(FederatedClassifier):
 
         Each steps the model's optimizer and, with ``anchor_update="code"``, the anchor copy's (optimizer 2).
         """
-        optimizer = (0, 2) if self.code_anchor_update else 0
-        if self.final_round and self.final_local_epochs:
-            return [LocalPhase("local", PERSONAL, epochs=self.final_local_epochs, optimizer=optimizer)]
-        phases = [LocalPhase("local", PERSONAL, optimizer=optimizer)]
-        late = self.round_idx is None or self.round_idx >= self.rep_start_round
-        if self.variant == "hl" and self.rep_epochs and late:
-            phases.append(LocalPhase("representation", REPRESENTATION, epochs=self.rep_epochs, optimizer=optimizer))
-        return phases
+        return self.schedule.local(self._optimizers_stepped, self.round_idx, self.final_round)
 
     def preparation_phases(self) -> list[LocalPhase]:
         r"""Pre-training of :math:`\phi_i` at the first participation, re-alignment at later ones (``realign_epochs``).
@@ -470,31 +438,21 @@ class FLIC(FederatedClassifier):
         The phase trains ``body.embed`` alone on :meth:`alignment_loss` with its own Adam (optimizer 1,
         ``pretrain_lr``), for its epochs, on batches of ``pretrain_batch_size`` when set.
         """
-        pretrained = bool(self.pretrained)
-        epochs = self.realign_epochs if pretrained else self.pretrain_epochs
-        if not epochs:
-            return []
-        name = ALIGNMENT_PHASES[int(pretrained)]
-        batch_size = self.pretrain_batch_size
-        return [LocalPhase(name, EMBEDDING, epochs, optimizer=1, batch_size=batch_size, loss_key="train/pretrain_loss")]
+        return self.schedule.preparation(bool(self.pretrained))
 
     def new_client_phases(self) -> list[LocalPhase]:
         r"""A client joining after training: :math:`\phi` pre-trained towards the anchors, then :math:`(\phi, \beta)`.
 
-        As the paper's new clients do (Supplement S1.4): the server sends :math:`\alpha^{(T)}` and the anchors, the
-        client pre-trains its embedding towards them, then trains its head and fine-tunes its embedding; no new
-        federated run is needed. The phases are those of :meth:`preparation_phases` at a first participation and of
-        :meth:`local_phases`, each run for the engine's new-client budget; a module that never pre-trains
-        (``pretrain_epochs=0``: :class:`HetFedRep`, :class:`HetLocal`) runs the personal phase alone.
+        The server sends :math:`\alpha^{(T)}` and the anchors; no new federated run is needed (Supplement S1.4). The
+        phases are those of :meth:`preparation_phases` at a first participation and of :meth:`local_phases`, each run
+        for the engine's new-client budget (the personal phase alone when ``pretrain_epochs=0``).
         """
-        optimizer = (0, 2) if self.code_anchor_update else 0
-        phases = [LocalPhase("local", PERSONAL, optimizer=optimizer)]
-        if not self.pretrain_epochs:
-            return phases
-        batch_size = self.pretrain_batch_size
-        loss_key = "train/pretrain_loss"
-        pretrain = LocalPhase(ALIGNMENT_PHASES[0], EMBEDDING, optimizer=1, batch_size=batch_size, loss_key=loss_key)
-        return [pretrain, *phases]
+        return self.schedule.new_client(self._optimizers_stepped)
+
+    @property
+    def _optimizers_stepped(self) -> int | tuple[int, ...]:
+        """What a local phase steps: the model's optimizer, and the anchor copy's with the code's anchor rule."""
+        return (0, 2) if self.code_anchor_update else 0
 
     def set_local_phase(self, phase: LocalPhase | None) -> None:
         """Remember the phase (the representation phase skips the alignment term), then freeze as the base does.

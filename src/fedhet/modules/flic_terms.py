@@ -147,3 +147,25 @@ class AnchorTerms:
         """
         shape = (len(classes) * (self.samples or batch_size), self.latent_dim)
         return torch.randn(shape, device=classes.device, dtype=dtype)
+
+    def draws(
+        self, y: Tensor, num_classes: int, dtype: torch.dtype, *, align: bool, classification: bool, objective: bool
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        r"""A step's draws, in the order a client alone makes them: ``(noise, align_noise, objective_noise)``.
+
+        With ``stats="sampled"``, the anchor samples of the alignment term (``(B, k)``, when ``align``), then the
+        classification term's :meth:`noise` ``(J, C, k)`` (when ``classification``), then the anchor samples of the
+        anchor copy's objective (``(B, k)``, when ``objective``). A term's draws are empty where it draws nothing.
+        """
+        none = torch.zeros(0, self.latent_dim, device=y.device, dtype=dtype)
+        noise = torch.zeros(0, num_classes, self.latent_dim, device=y.device, dtype=dtype)
+        sampled = self.stats == "sampled"
+        align_noise = none
+        if sampled and align:
+            align_noise = torch.randn(len(y), self.latent_dim, device=y.device, dtype=dtype)
+        if classification:
+            noise = self.noise(y, num_classes, dtype)
+        objective_noise = none
+        if sampled and objective:
+            objective_noise = torch.randn(len(y), self.latent_dim, device=y.device, dtype=dtype)
+        return noise, align_noise, objective_noise
