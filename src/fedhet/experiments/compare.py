@@ -51,7 +51,7 @@ from fedhet.experiments.runs import (
     inputs_sha256,
 )
 from fedhet.experiments.suite import Suite, SuiteError, field_error, load_suite
-from fedhet.plugins.storage.run_record import recorded_cpu
+from fedhet.plugins.storage.run_record import recorded_cpu, resolved_config_text
 
 TUNED_FILE = "tuned.yaml"
 
@@ -432,9 +432,7 @@ def summarise_on_wandb(suite: Suite, results: Sequence[Mapping[str, Any]], writt
     from fedhet.experiments.wandb_summary import log_summary
 
     texts = (
-        (
-            run_spec(suite, r["federation"], r["method"], r["seed"], {}).folder / r["fit_version"] / "config.yaml"
-        ).read_text()
+        resolved_config_text(run_spec(suite, r["federation"], r["method"], r["seed"], {}).folder / r["fit_version"])
         for r in results
     )
     configs = [yaml.safe_load(text) for text in texts if "WandbLogger" in text]  # no YAML parsing without W&B

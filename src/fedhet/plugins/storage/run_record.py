@@ -301,6 +301,11 @@ def resolved_config_sha256(folder: str | Path) -> str:
     return file_sha256(Path(folder) / CONFIG_FILE)
 
 
+def resolved_config_text(folder: str | Path) -> str:
+    """A version folder's resolved ``config.yaml``, as text."""
+    return (Path(folder) / CONFIG_FILE).read_text()
+
+
 def latest_version(root: str | Path) -> int | None:
     """The highest ``version_N`` under a run's root (``None``: none yet)."""
     found = versions(root)
