@@ -129,6 +129,7 @@ methods:
   fedavg: {config: ../../configs/fedavg/x.yaml}
   fedrep: {config: ../../configs/fedrep/x.yaml, overrides: {trainer.rounds: 2}}
 seeds: [0, 1]
+few_seeds: a test fixture
 baseline: fedavg
 """
 FOLDER = Path("benchmarks/results/suites/s")

@@ -25,7 +25,7 @@ def suite_command_lines(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
     """The ``fedhet fit`` command lines ``fedhet compare`` checks before it runs each shipped suite."""
     commands: list[list[str]] = []
     with monkeypatch.context() as patch:
-        patch.setattr(preflight, "check_commands", lambda lines: commands.extend(lines) or [None] * len(lines))
+        patch.setattr(preflight, "check_commands", lambda lines, _: commands.extend(lines) or [None] * len(lines))
         for path in SUITES:
             suite = load_suite(path)
             compare.check_command_lines(suite, [(f, m) for f in suite.federations for m in suite.methods], {})

@@ -261,7 +261,7 @@ def test_a_table_does_not_depend_on_workers(tmp_path: Path) -> None:
             (key, column): cell
             for key, row in _table(out).items()
             for column, cell in row.items()
-            if not any(cost in column for cost in ("cpu", "wall", "time"))
+            if not any(cost in column for cost in ("cpu", "wall", "time", "startup"))
         }
         metrics[workers] = {
             str(result.relative_to(out)): (run["test"], run["val"])
@@ -405,10 +405,10 @@ def test_the_suite_sets_tpe_start_up_trials(tmp_path: Path, monkeypatch: pytest.
     monkeypatch.setattr("fedhet.experiments.tuning.tune", fake_tune)
     suite = load_suite(_suite(tmp_path / "a", tuning={"trials": 6, "seeds": [100], "random_trials": 3}))
     assert tune_method(suite, "digits", "fedrep") == {"model.init_args.lr": 0.1}
-    assert seen == {"random_trials": 3}
+    assert seen == {"random_trials": 3, "warmup_rounds": 1, "sampler": "tpe"}
     seen.clear()
     tune_method(load_suite(_suite(tmp_path / "b")), "digits", "fedrep")
-    assert seen == {"random_trials": 10}  # Optuna's default
+    assert seen == {"random_trials": 10, "warmup_rounds": 1, "sampler": "tpe"}  # Optuna's default
 
 
 SHIPPED_SUITES = sorted([*SMOKE.parent.glob("*.yaml"), *(SMOKE.parents[2] / "benchmarks" / "suites").glob("*.yaml")])
@@ -466,7 +466,7 @@ def test_command_lines_are_checked_with_both_ends_of_every_range_and_the_tuned_v
     """What the check parses: each searched method at its ranges' ends, the others with their tuned values."""
     suite = load_suite(_suite(tmp_path))  # fedrep searches lr over 0.01-0.3; fedavg has no search space
     seen: list[list[str]] = []
-    monkeypatch.setattr("fedhet.experiments.preflight.check_commands", lambda c: seen.extend(c) or [None] * len(c))
+    monkeypatch.setattr("fedhet.experiments.preflight.check_commands", lambda c, m: seen.extend(c) or [None] * len(c))
     check_command_lines(suite, [("digits", "fedavg"), ("digits", "fedrep")], {"digits/fedavg": {"trainer.rounds": 5}})
     assert [a[0] for a in seen] == ["fit"] * 3
     assert "--trainer.rounds=5" in seen[0]
@@ -474,7 +474,7 @@ def test_command_lines_are_checked_with_both_ends_of_every_range_and_the_tuned_v
         ["--model.init_args.lr=0.01"],
         ["--model.init_args.lr=0.3"],
     ]
-    monkeypatch.setattr("fedhet.experiments.preflight.check_commands", lambda c: ["x: no such option"] * len(c))
+    monkeypatch.setattr("fedhet.experiments.preflight.check_commands", lambda c, m: ["x: no such option"] * len(c))
     with pytest.raises(SuiteError, match=r"methods: fedhet fit refuses fedavg on digits: x: no such option; fedrep"):
         check_command_lines(suite, [("digits", "fedavg"), ("digits", "fedrep")], {})
 

@@ -84,7 +84,7 @@ def test_raw_files_are_read_back_and_a_bad_line_is_named(tmp_path: Path) -> None
 def test_report_without_raw_results_is_one_line_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     suite = tmp_path / "suite.yaml"
     suite.write_text(
-        "name: s\nfederations: {d: null}\nmethods: {a: {config: a.yaml}}\nseeds: [0]\nbaseline: a\nmetric: acc\n"
+        "name: s\nfederations: {d: null}\nmethods: {a: {config: a.yaml}}\nseeds: [0]\nfew_seeds: a test\nbaseline: a\n"
     )
     (tmp_path / "a.yaml").write_text("model: {class_path: fedhet.modules.FedAvg}\n")
     with pytest.raises(SystemExit) as stopped:

@@ -51,6 +51,7 @@ from fedhet.experiments.runs import (
     inputs_sha256,
 )
 from fedhet.experiments.suite import Suite, SuiteError, field_error, load_suite
+from fedhet.experiments.trials import RANDOM_TRIALS, WARMUP_ROUNDS, pruning_startup
 from fedhet.plugins.storage.run_record import recorded_cpu, resolved_config_text
 
 TUNED_FILE = "tuned.yaml"
@@ -65,15 +66,16 @@ def method_sha256(suite: Suite, federation: str, method: str) -> str:
     """The sha256 of what ``method``'s tuning on ``federation`` depends on.
 
     That is the method's and the federation's config files (their bytes), the method's fixed overrides, its search
-    space and the suite's tuning settings (budget, seeds, metric, TPE's start-up trials) when it has a search space,
-    and the suite's ``threads`` when not 1 (a suite of one thread keeps the studies it had); no path, so a suite whose
-    output folder moved keeps its studies and runs.
+    space and the suite's tuning settings (budget, seeds, metric, TPE's start-up trials, sampler and pruning rule)
+    when it has a search space, and the suite's ``threads`` when not 1; no path, so a suite whose output folder moved
+    keeps its studies and runs.
     """
     spec, tuning = suite.methods[method], suite.tuning
     settings = None
-    if spec.search is not None and tuning is not None:  # start-up trials only when set: older studies keep their names
+    if spec.search is not None and tuning is not None:  # start-up trials only when set
         start = [] if tuning.random_trials is None else [tuning.random_trials]
-        settings = [tuning.trials, tuning.seeds, tuning.metric, *start]
+        protocol = {"sampler": tuning.sampler, "pruning": [pruning_startup(tuning.trials), WARMUP_ROUNDS]}
+        settings = [tuning.trials, tuning.seeds, tuning.metric, *start, protocol]
     return inputs_sha256(
         _configs(suite, federation, method),
         overrides=dict(spec.overrides),
@@ -113,7 +115,7 @@ def tune_method(suite: Suite, federation: str, method: str, say: Callable[[str],
     failure stops the suite. ``say`` gets a line as each trial finishes: its number, values and score (or the round
     after which it was pruned).
     """
-    from fedhet.experiments.tuning import RANDOM_TRIALS, TrialHandle, objective_value, tune
+    from fedhet.experiments.tuning import TrialHandle, objective_value, tune
 
     tuning, spec = suite.tuning, suite.methods[method]
     assert tuning is not None
@@ -123,13 +125,14 @@ def tune_method(suite: Suite, federation: str, method: str, say: Callable[[str],
 
     def objective(overrides: dict[str, Any], handle: TrialHandle) -> float:
         values = []
-        for seed in tuning.seeds:
+        for index, seed in enumerate(tuning.seeds):
             base = run_spec(suite, federation, method, seed, overrides)
             trial = RunSpec(
                 **{
                     **base.__dict__,
                     "folder": trials / f"trial{handle.number}" / f"seed{seed}",
-                    "extra_fit_args": tuple(handle.cli_args(tuning.metric)),
+                    # the first seed's fit reports its rounds to the pruner: every trial is ranked on the same seed
+                    "extra_fit_args": tuple(handle.cli_args(tuning.metric)) if index == 0 else (),
                     "test": False,
                 }
             )
@@ -137,6 +140,8 @@ def tune_method(suite: Suite, federation: str, method: str, say: Callable[[str],
                 values.append(objective_value(execute(trial)["val"], tuning.metric))
             except RunDivergedError:  # a bad trial (e.g. a step size too large), not a broken suite
                 values = [math.nan]  # recorded as the worst value
+                break
+            if handle.pruned:  # no other seed runs for a pruned trial
                 break
         score = sum(values) / len(values)
         if say is not None:
@@ -147,15 +152,22 @@ def tune_method(suite: Suite, federation: str, method: str, say: Callable[[str],
     if "://" not in tuning.storage:
         Path(tuning.storage).parent.mkdir(parents=True, exist_ok=True)
     result = tune(
-        f"{suite.name}/{federation}/{method}/{digest}",
+        study_name(suite, federation, method),
         spec.search,
         objective,
         tuning.trials,
         tuning.storage,
         tuning.seeds[0],
         random_trials=RANDOM_TRIALS if tuning.random_trials is None else tuning.random_trials,
+        warmup_rounds=WARMUP_ROUNDS,
+        sampler=tuning.sampler,
     )
     return result.best_overrides
+
+
+def study_name(suite: Suite, federation: str, method: str) -> str:
+    """The Optuna study that tunes ``method`` on ``federation``: ``<suite>/<federation>/<method>/<digest>``."""
+    return f"{suite.name}/{federation}/{method}/{method_sha256(suite, federation, method)[:12]}"
 
 
 def check_command_lines(suite: Suite, pairs: Sequence[tuple[str, str]], tuned: Mapping[str, Mapping[str, Any]]) -> None:
@@ -164,21 +176,24 @@ def check_command_lines(suite: Suite, pairs: Sequence[tuple[str, str]], tuned: M
     A method with a search space is checked with the values of :meth:`SearchSpace.examples
     <fedhet.experiments.search_space.SearchSpace.examples>` (both ends of every range, every choice), one without
     with its tuned values (``tuned``, ``<federation>/<method> -> overrides``), through
-    :func:`~fedhet.experiments.preflight.check_commands`.
+    :func:`~fedhet.experiments.preflight.check_commands`; a searched method's model class must not compute the tuning
+    metric from a domain adaptation target's labels (its ``target_label_metrics``).
 
     Raises:
-        SuiteError: one line naming each method and federation whose command line ``fedhet fit`` refuses, and why.
+        SuiteError: one line naming each method and federation whose command line ``fedhet fit`` refuses, or whose
+            tuning metric reads a target's labels, and why.
 
     """
     from fedhet.experiments.preflight import check_commands
 
-    labels, commands = [], []
+    labels, commands, metrics = [], [], []
     for federation, method in pairs:
         search = suite.methods[method].search
         for values in search.examples() if search else [tuned.get(f"{federation}/{method}", {})]:
             labels.append(f"{method} on {federation}")
             commands.append(arguments(run_spec(suite, federation, method, suite.seeds[0], values), "fit"))
-    errors = check_commands(commands)
+            metrics.append(suite.tuning.metric if search is not None and suite.tuning is not None else None)
+    errors = check_commands(commands, metrics)
     refused = dict.fromkeys(f"{label}: {error}" for label, error in zip(labels, errors, strict=True) if error)
     if refused:
         raise field_error(suite.path, "methods", f"fedhet fit refuses {'; '.join(refused)}")
@@ -225,12 +240,13 @@ def trial_rows(suite: Suite, federation: str, method: str) -> list[dict[str, Any
     if tuning is None or suite.methods[method].search is None:
         return []
     digest = method_sha256(suite, federation, method)[:12]
-    study = f"{suite.name}/{federation}/{method}/{digest}"
+    study = study_name(suite, federation, method)
     folder = suite.output / "tuning" / federation / method / digest
     rows = []
     for trial in study_trials(study, tuning.storage):
-        spent = [recorded_cpu(folder / f"trial{trial.number}" / f"seed{seed}") for seed in tuning.seeds]
-        cpu = None if None in spent else math.fsum(s for s in spent if s is not None)
+        ran = [folder / f"trial{trial.number}" / f"seed{seed}" for seed in tuning.seeds]
+        spent = [recorded_cpu(seed) for seed in ran if seed.is_dir()]  # a pruned trial stops after its first seed
+        cpu = None if not spent or None in spent else math.fsum(s for s in spent if s is not None)
         rows.append(trial_row(suite.name, federation, method, study, trial, cpu))
     return rows
 

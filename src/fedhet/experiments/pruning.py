@@ -8,8 +8,9 @@ another process, or on another machine, can be pruned by the study that asked fo
 (:mod:`fedhet.experiments.tuning`) passes it on the command line
 (``--trainer.callbacks+=fedhet.experiments.pruning.OptunaPruning --trainer.callbacks.storage=...``).
 
-Tuning reads validation splits only: a monitor that names a test metric is refused. Optuna is imported when a
-callback connects to its study, not when this module is.
+Tuning reads validation splits only: a monitor that names a test metric is refused, and so is one that the module
+computes from a domain adaptation target's labels (its ``target_label_metrics``), when the federation starts. Optuna
+is imported when a callback connects to its study, not when this module is.
 """
 
 from __future__ import annotations
@@ -82,6 +83,10 @@ class OptunaPruning(FederatedCallback):
             study.pruner = trials.median_pruner(study.user_attrs.get(trials.PRUNER_ATTR))
             self._connection = (study, storage, trials.trial_id(storage, self.study_name, self.trial_number))
         return self._connection
+
+    def on_federation_start(self, trainer: Any, module: Any) -> None:
+        """Refuse a monitor that the module computes from a target's labels (its ``target_label_metrics``)."""
+        trials.check_label_free(self.monitor, module, "OptunaPruning", "monitor")
 
     def on_round_end(self, trainer: Any, round_idx: int, metrics: dict[str, float]) -> None:
         """Report the round's monitored value; ask the trainer to stop after this round if the trial is pruned."""

@@ -4,7 +4,8 @@
 writes it again from the committed raw files, with no run folder. The header names what the table is made of: the
 suite file, the commits and environment fingerprints of the runs it aggregates (a table of runs of several commits
 or machines says so in its first lines, with the runs of each), the sha256 of the runs' inputs (configs, overrides,
-seeds, user code: the same wherever the checkout lives) and the raw files.
+seeds, user code: the same wherever the checkout lives), the raw files, the seeds (with ``few_seeds``' reason) and
+the tuning protocol (:func:`protocol_lines`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from typing import Any
 
 from fedhet.core.provenance import environment_id
 from fedhet.experiments.raw import RUNS_FILE, TRIALS_FILE, read_raw
-from fedhet.experiments.suite import Suite
+from fedhet.experiments.suite import MIN_SEEDS, Suite
+from fedhet.experiments.trials import RANDOM_TRIALS, WARMUP_ROUNDS, pruning_startup
 
 
 def environment_label(env: Mapping[str, Any] | None, threads: Any) -> str:
@@ -98,6 +100,23 @@ def stamp(
     return lines, meta
 
 
+def protocol_lines(suite: Suite) -> dict[str, str]:
+    """What a table's header says of how its numbers were made: the seeds and the tuning protocol."""
+    lines = {"seeds": f"{len(suite.seeds)} final seeds {suite.seeds}"}
+    if suite.few_seeds is not None:
+        lines["seeds"] += f" (fewer than {MIN_SEEDS}: {suite.few_seeds})"
+    tuning = suite.tuning
+    if tuning is not None and any(m.search is not None for m in suite.methods.values()):
+        random = RANDOM_TRIALS if tuning.random_trials is None else tuning.random_trials
+        start = f", its first {random} at random" if tuning.sampler in ("tpe", "cmaes") else ""
+        lines["tuning"] = (
+            f"{tuning.trials} trials per method and federation, {tuning.sampler} sampler{start}, scored on"
+            f" {tuning.metric} averaged over seeds {tuning.seeds}; median pruning on seed {tuning.seeds[0]} after"
+            f" {pruning_startup(tuning.trials)} complete trials, from a fit's round {WARMUP_ROUNDS + 1}"
+        )
+    return lines
+
+
 def covers(suite: Suite, rows: Sequence[Mapping[str, Any]]) -> str | None:
     """What part of the suite ``rows`` cover, when fewer than all its runs (``None``: all of them)."""
     planned = len(suite.federations) * len(suite.methods) * len(suite.seeds)
@@ -134,6 +153,9 @@ def write_report(suite: Suite, suite_label: str, edges: Mapping[str, Mapping[str
     folder = suite.results_folder
     rows, trials = read_raw(folder)
     header, meta = stamp(suite_label, rows, trials, covers(suite, rows))
+    protocol = protocol_lines(suite)
+    header += [f"- {key}: `{value}`" for key, value in protocol.items()]
+    meta.update(protocol)
     table = table_rows(rows, suite.metric, suite.baseline, tuned_values(rows), edges, trials=trials)
     md, csv_path = folder / "table.md", folder / "table.csv"
     md.write_text(to_markdown(table, suite.baseline, [f"# Suite {suite.name}", "", *header]))

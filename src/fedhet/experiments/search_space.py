@@ -14,6 +14,7 @@ A suite's ``search_space`` maps dotted override keys of a ``fedhet fit`` config 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 from collections.abc import Mapping
@@ -22,6 +23,9 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import optuna
+
+SAMPLERS = ("tpe", "random", "grid", "cmaes")
+"""The samplers :func:`tune` draws with: Optuna's TPE, random search, grid search (a finite space), CMA-ES."""
 
 _FIELDS = {"float": {"low", "high", "log"}, "int": {"low", "high", "step", "log"}, "categorical": {"choices"}}
 _PRIMITIVE = (type(None), bool, int, float, str)
@@ -206,6 +210,30 @@ class SearchSpace:
             )
         return sets
 
+    def grid(self) -> dict[str, list[Any]] | None:
+        """Every value of every key, as :meth:`suggest` asks the trial for it, or ``None`` when a key is a float range.
+
+        An integer range gives ``low, low + step, ...`` up to ``high``; a categorical gives its choices (their JSON
+        texts for values :meth:`suggest` draws as texts). The input of Optuna's ``GridSampler``.
+
+        Example:
+            >>> space = SearchSpace.parse({"e": {"type": "int", "low": 1, "high": 5, "step": 2}}, "x")
+            >>> space.grid(), SearchSpace.parse({"lr": {"type": "float", "low": 0.1, "high": 1.0}}, "x").grid()
+            ({'e': [1, 3, 5]}, None)
+
+        """
+        values: dict[str, list[Any]] = {}
+        for key, dist in self.params.items():
+            if isinstance(dist, FloatRange):
+                return None
+            if isinstance(dist, IntRange):
+                values[key] = list(range(dist.low, dist.high + 1, dist.step))
+            elif all(isinstance(choice, _PRIMITIVE) for choice in dist.choices):
+                values[key] = list(dist.choices)
+            else:
+                values[key] = [json.dumps(choice) for choice in dist.choices]
+        return values
+
     def suggest(self, trial: optuna.Trial) -> dict[str, Any]:
         """Draw one value per key from ``trial`` (its sampler decides): the trial's config overrides.
 
@@ -224,3 +252,35 @@ class SearchSpace:
                 texts = [json.dumps(choice) for choice in dist.choices]
                 overrides[key] = json.loads(trial.suggest_categorical(key, texts))
         return overrides
+
+
+def sampler_problem(sampler: str, space: SearchSpace, n_trials: int) -> str | None:
+    """Why ``sampler`` cannot search ``space`` with ``n_trials`` trials (``None``: it can).
+
+    A grid needs a finite space (no float range) of at least ``n_trials`` points, so that no point runs twice; CMA-ES
+    needs two or more numeric keys (Optuna's CMA-ES draws a one-dimensional space at random, and categorical keys at
+    random beside the others) and the ``cmaes`` package.
+
+    Example:
+        >>> lr = SearchSpace.parse({"lr": {"type": "float", "low": 0.1, "high": 1.0}}, "x")
+        >>> sampler_problem("grid", lr, 4)
+        'grid search needs a finite space, and lr is a float range'
+
+    """
+    if sampler not in SAMPLERS:
+        return f"expected one of {', '.join(SAMPLERS)}, got {sampler!r}"
+    if sampler == "grid":
+        grid = space.grid()
+        if grid is None:
+            floats = [key for key, dist in space.params.items() if isinstance(dist, FloatRange)]
+            return f"grid search needs a finite space, and {floats[0]} is a float range"
+        points = math.prod(len(values) for values in grid.values())
+        if points < n_trials:
+            return f"the grid holds {points} points, fewer than the {n_trials} trials (a point would run twice)"
+    if sampler == "cmaes":
+        numeric = [key for key, dist in space.params.items() if isinstance(dist, FloatRange | IntRange)]
+        if len(numeric) < 2:
+            return f"CMA-ES needs two or more numeric keys (it draws one at random), got {numeric}"
+        if importlib.util.find_spec("cmaes") is None:
+            return "CMA-ES needs the cmaes package (pip install 'fedhet[cmaes]')"
+    return None

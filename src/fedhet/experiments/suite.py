@@ -10,9 +10,10 @@
         config: configs/fedrep/digits.yaml
         search: {model.init_args.lr: {type: float, low: 0.01, high: 0.3, log: true}}
     seeds: [0, 1]
+    few_seeds: a smoke test of the command, not a comparison  # needed below 5 seeds: why so few (in the table)
     baseline: fedavg
     metric: acc             # the test accuracy family compared: test/acc_mean, test/acc_weighted, test/acc_worst
-    tuning: {trials: 3, seeds: [100], storage: tuning.log, metric: val/acc_mean}  # random_trials: TPE's start-up
+    tuning: {trials: 3, seeds: [100], storage: tuning.log, metric: val/acc_mean, sampler: tpe}  # random_trials too
     workers: 2              # runs at once (default: the CPU count)
     threads: 1              # compute threads of each run (default 1): a table never depends on workers or cores
     output: fedhet_runs/suites/smoke
@@ -23,6 +24,12 @@ Config paths and ``results`` are read relative to the folder of the suite file, 
 ``output``). ``output`` holds the run folders, the tuning trials and ``tuned.yaml``; ``results`` gets ``table.md``,
 ``table.csv``, the figures and a copy of ``tuned.yaml``, so a results folder kept under version control is rewritten
 by the one command while the runs stay out of it.
+
+A suite compares methods, so it runs at least :data:`MIN_SEEDS` final seeds: a suite file with fewer is refused
+unless ``few_seeds`` says why (a smoke test; a paper-scale run whose runs take an hour each), and that reason is
+printed in the table's header. ``tuning.seeds`` may name several seeds, whose validation scores each trial averages;
+``tuning.sampler`` is one of :data:`~fedhet.experiments.search_space.SAMPLERS`, checked against every method's search
+space before anything runs (:func:`~fedhet.experiments.search_space.sampler_problem`).
 """
 
 from __future__ import annotations
@@ -35,13 +42,14 @@ from pathlib import Path
 from typing import Any
 
 from fedhet.experiments.bounded_yaml import YAMLInputError, read_bounded_yaml
-from fedhet.experiments.search_space import SearchSpace
+from fedhet.experiments.search_space import SAMPLERS, SearchSpace, sampler_problem
 
 _TOP = {
     "name",
     "federations",
     "methods",
     "seeds",
+    "few_seeds",
     "baseline",
     "metric",
     "tuning",
@@ -51,7 +59,10 @@ _TOP = {
     "results",
 }
 _METHOD = {"config", "overrides", "search"}
-_TUNING = {"trials", "seeds", "storage", "metric", "random_trials"}
+_TUNING = {"trials", "seeds", "storage", "metric", "random_trials", "sampler"}
+
+MIN_SEEDS = 5
+"""The fewest final seeds of a comparison (``few_seeds`` says why a suite runs fewer); ``docs/experiments.md``."""
 _PLAIN_NAME = re.compile(r"[A-Za-z0-9_.-]+")
 
 
@@ -84,6 +95,7 @@ class TuningSpec:
         seeds: the seeds each trial runs (never the final seeds).
         storage: the Optuna storage (a journal file or a database URL).
         metric: the validation metric maximised.
+        sampler: the Optuna sampler (:data:`~fedhet.experiments.search_space.SAMPLERS`).
         random_trials: TPE's start-up trials, drawn at random (``None``: Optuna's 10, so a study of 10 trials or
             fewer is a seeded random search).
 
@@ -94,6 +106,7 @@ class TuningSpec:
     storage: str
     metric: str
     random_trials: int | None = None
+    sampler: str = "tpe"
 
 
 @dataclass(frozen=True)
@@ -112,6 +125,7 @@ class Suite:
     output: Path
     results: Path | None = None
     threads: int = 1
+    few_seeds: str | None = None
 
     @property
     def results_folder(self) -> Path:
@@ -200,12 +214,16 @@ def _tuning(path: Path, value: Any, seeds: list[int], output: Path) -> TuningSpe
     if "://" not in storage:
         storage = str(output / storage)
     random_trials = spec.get("random_trials")
+    sampler = spec.get("sampler", "tpe")
+    if sampler not in SAMPLERS:
+        raise field_error(path, "tuning.sampler", f"expected one of {', '.join(SAMPLERS)}, got {sampler!r}")
     return TuningSpec(
         _positive(path, "tuning.trials", spec.get("trials", 10)),
         tuning_seeds,
         storage,
         metric,
         None if random_trials is None else _positive(path, "tuning.random_trials", random_trials),
+        sampler,
     )
 
 
@@ -216,7 +234,8 @@ def load_suite(path: str | Path) -> Suite:
         SuiteError: one line naming the file (and the field): a file that is not UTF-8 or not YAML, nested too deep or
             whose aliases expand too far (:func:`~fedhet.experiments.bounded_yaml.read_bounded_yaml`), an unknown key,
             a name that is not a plain name (it becomes a folder), a missing file, a baseline that is not a method,
-            tuning seeds among the final seeds, a malformed search space.
+            fewer than :data:`MIN_SEEDS` seeds without ``few_seeds``, tuning seeds among the final seeds, a malformed
+            search space, a sampler that cannot search a method's space.
 
     """
     path = Path(path).resolve()
@@ -241,6 +260,15 @@ def load_suite(path: str | Path) -> Suite:
         for m, spec in _mapping(path, "methods", top["methods"]).items()
     }
     seeds = _seeds(path, "seeds", top["seeds"])
+    few_seeds = top.get("few_seeds")
+    if few_seeds is not None and (not isinstance(few_seeds, str) or not few_seeds.strip()):
+        raise field_error(path, "few_seeds", f"expected the reason for fewer than {MIN_SEEDS} seeds, got {few_seeds!r}")
+    if len(seeds) < MIN_SEEDS and few_seeds is None:
+        raise field_error(
+            path,
+            "seeds",
+            f"{len(seeds)} seeds; a comparison needs at least {MIN_SEEDS} (or say why in few_seeds, e.g. a smoke test)",
+        )
     baseline = top["baseline"]
     if baseline not in methods:
         raise field_error(path, "baseline", f"{baseline!r} is not one of the methods ({', '.join(methods)})")
@@ -251,6 +279,14 @@ def load_suite(path: str | Path) -> Suite:
     tuning = None if top.get("tuning") is None else _tuning(path, top["tuning"], seeds, output.resolve())
     if tuning is None and any(m.search is not None for m in methods.values()):
         tuning = _tuning(path, {}, seeds, output.resolve())
+    for m, spec in methods.items():
+        problem = (
+            None
+            if tuning is None or spec.search is None
+            else sampler_problem(tuning.sampler, spec.search, tuning.trials)
+        )
+        if problem is not None:
+            raise field_error(path, "tuning.sampler", f"methods.{m}: {problem}")
     workers = _positive(path, "workers", top.get("workers", os.cpu_count() or 1))
     threads = _positive(path, "threads", top.get("threads", 1))
     results = top.get("results")
@@ -269,4 +305,5 @@ def load_suite(path: str | Path) -> Suite:
         output.resolve(),
         None if results is None else (path.parent / results).resolve(),
         threads,
+        few_seeds,
     )

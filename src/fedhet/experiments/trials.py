@@ -9,6 +9,7 @@ that is not tuned costs nothing.
 
 from __future__ import annotations
 
+from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -51,6 +52,33 @@ def check_validation_metric(metric: str, owner: str, field: str) -> str:
     return metric
 
 
+def check_label_free(metric: str, module: type | object, owner: str, field: str) -> str:
+    """``metric``, refused when ``module`` (a module or its class) declares that it reads a target's labels.
+
+    A module lists such metrics in ``target_label_metrics`` (``fnmatch`` patterns; see
+    :attr:`fedhet.modules.FederatedModule.target_label_metrics`): choosing hyperparameters on one of them reads the
+    labels that domain adaptation holds back.
+
+    Raises:
+        ValueError: naming the owner, the field, the metric and the module's class.
+
+    Example:
+        >>> class DA:
+        ...     target_label_metrics = ("*/acc_*",)
+        >>> check_label_free("val/source_acc_mean", DA, "tuning", "metric")
+        'val/source_acc_mean'
+
+    """
+    cls = module if isinstance(module, type) else type(module)
+    patterns = getattr(cls, "target_label_metrics", ())
+    if any(fnmatchcase(metric, pattern) for pattern in patterns):
+        raise ValueError(
+            f"{owner}: field '{field}' is {metric!r}, which {cls.__name__} computes from the target's labels"
+            f" (its target_label_metrics: {', '.join(patterns)}); choose on a metric that reads none of them"
+        )
+    return metric
+
+
 def open_storage(storage: str | None) -> Any:
     """The Optuna storage a ``storage`` string names.
 
@@ -78,6 +106,31 @@ def open_storage(storage: str | None) -> Any:
             " such as sqlite:///tuning.db"
         )
     return optuna.storages.RDBStorage(storage)
+
+
+RANDOM_TRIALS = 10
+"""TPE's start-up trials, drawn at random before it models the others (Optuna's default)."""
+
+WARMUP_ROUNDS = 1
+"""Rounds of a trial's fit before the median rule may prune it (the suites' setting: from its second round)."""
+
+PRUNING_MIN_STARTUP = 10
+"""The fewest complete trials before any trial is pruned (:func:`pruning_startup`)."""
+
+
+def pruning_startup(n_trials: int) -> int:
+    """Complete trials before the median rule may prune one: ``max(10, ceil(n_trials / 2))``.
+
+    A budget of 10 trials or fewer is never pruned, and at most half of a larger one can be: a median over a handful
+    of trials after a round or two removes trials by noise (issue 39: with 8 trials and Optuna's 5 start-up trials,
+    1 to 3 of each method's trials were pruned after round 1), and a small budget has no trial to spare.
+
+    Example:
+        >>> [pruning_startup(n) for n in (4, 10, 16, 40)]
+        [10, 10, 10, 20]
+
+    """
+    return max(PRUNING_MIN_STARTUP, -(-n_trials // 2))
 
 
 def median_pruner(settings: dict[str, Any] | None) -> optuna.pruners.BasePruner:

@@ -1,9 +1,12 @@
 """Hyperparameter tuning with Optuna, on validation splits only, with the same trial budget for every method.
 
-:func:`tune` searches a :class:`~fedhet.experiments.search_space.SearchSpace` with Optuna's TPE sampler (Bergstra et
-al., 2011, "Algorithms for Hyper-Parameter Optimization", NeurIPS), seeded, and prunes trials from their round
-metrics with the median rule (:func:`fedhet.experiments.trials.median_pruner`). The objective gets a trial's config
-overrides and a :class:`TrialHandle`, trains, and returns one number.
+:func:`tune` searches a :class:`~fedhet.experiments.search_space.SearchSpace` with a seeded Optuna sampler
+(:data:`~fedhet.experiments.search_space.SAMPLERS`: TPE by default, Bergstra et al., 2011, "Algorithms for
+Hyper-Parameter Optimization", NeurIPS; random search; a grid where the space is finite; CMA-ES, Hansen, 2016, "The
+CMA Evolution Strategy: A Tutorial") and prunes trials from their round metrics with the median rule
+(:func:`fedhet.experiments.trials.median_pruner`), never before :func:`~fedhet.experiments.trials.pruning_startup`
+trials have completed. The objective gets a trial's config overrides and a :class:`TrialHandle`, trains, and returns
+one number.
 
 **The objective must be computed on validation splits only.** Test splits score the chosen setting once, on fresh
 seeds, after tuning; a setting chosen by looking at test accuracy makes that accuracy optimistic. Hence
@@ -32,6 +35,7 @@ when a study opens it, and one damaged elsewhere is refused naming the file and 
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
@@ -45,15 +49,18 @@ from optuna.trial import TrialState
 
 from fedhet.core.seeding import derive_seed
 from fedhet.experiments.journal import repair_journal
-from fedhet.experiments.search_space import SearchSpace
+from fedhet.experiments.search_space import SearchSpace, sampler_problem
 from fedhet.experiments.trial_owner import OWNER_ATTR, owner_token, release_dead_trials
 from fedhet.experiments.trials import (
     JOURNAL_SUFFIXES,
     PRUNED_ATTR,
     PRUNER_ATTR,
+    RANDOM_TRIALS,
+    WARMUP_ROUNDS,
     check_validation_metric,
     median_pruner,
     open_storage,
+    pruning_startup,
     trial_id,
 )
 
@@ -61,7 +68,6 @@ if TYPE_CHECKING:
     from fedhet.experiments.pruning import OptunaPruning
 
 __all__ = [
-    "RANDOM_TRIALS",
     "SOURCE_VALIDATION_METRIC",
     "SearchSpace",
     "TrialHandle",
@@ -75,8 +81,8 @@ __all__ = [
 SOURCE_VALIDATION_METRIC = "val/source_acc_mean"
 """Domain adaptation's tuning criterion: mean validation accuracy over the labelled source clients (FedDaDiL)."""
 
-RANDOM_TRIALS = 10
-"""TPE's start-up trials, drawn at random before it models the others (Optuna's default)."""
+SAMPLER_ATTR = "fedhet_sampler"
+"""The study's user attribute naming its sampler: a study is never continued with another."""
 
 OVERRIDES_ATTR = "fedhet_overrides"
 SURPLUS_ATTR = "fedhet_surplus"
@@ -266,12 +272,21 @@ def _quiet_optuna() -> Iterator[None]:
 
 
 def _start_trial(
-    study: optuna.Study, n_trials: int, lock: Callable[[], AbstractContextManager[None]]
+    study: optuna.Study,
+    n_trials: int,
+    lock: Callable[[], AbstractContextManager[None]],
+    sampler: Callable[[int], optuna.samplers.BaseSampler],
 ) -> optuna.Trial | None:
-    """Start the next trial if the study's budget allows it; ``None`` when ``n_trials`` are done or under way."""
+    """Start the next trial if the study's budget allows it; ``None`` when ``n_trials`` are done or under way.
+
+    The trial is asked with ``sampler(number)``, ``number`` the trial's number in the study (exact under the lock; a
+    database server's concurrent processes may shift it, which changes only their draws), since a grid and CMA-ES
+    choose the trial's point when it is asked.
+    """
     with lock():
         if len(study.get_trials(deepcopy=False, states=_COUNTED)) >= n_trials:
             return None
+        study.sampler = sampler(len(study.get_trials(deepcopy=False)))
         trial = study.ask()
         trial.set_user_attr(OWNER_ATTR, owner_token())
     earlier = [t for t in study.get_trials(deepcopy=False, states=_COUNTED) if t.number < trial.number]
@@ -295,6 +310,38 @@ def _record(frozen: optuna.trial.FrozenTrial) -> TrialRecord:
     )
 
 
+class _Grid(optuna.samplers.GridSampler):
+    """Optuna's grid search, whose study ends with its budget: :func:`tune` runs no more trials than grid points.
+
+    (Optuna's own stops the study once the grid is covered, which only an ``optimize`` loop allows.)
+    """
+
+    def after_trial(self, study: optuna.Study, trial: Any, state: TrialState, values: Sequence[float] | None) -> None:
+        """Nothing: the budget, checked before the first trial (:func:`sampler_problem`), ends the study."""
+
+
+def _sampler(
+    name: str, space: SearchSpace, seed: int, trial_number: int, *, random_trials: int
+) -> optuna.samplers.BaseSampler:
+    """Trial ``trial_number``'s sampler, seeded from ``(seed, name, trial_number)``.
+
+    A grid's order comes from ``(seed, name)`` alone: its points are numbered once for the study, and each trial
+    takes an unvisited one.
+    """
+    trial_seed = derive_seed(seed, name, trial_number) % 2**32
+    if name == "random":
+        return optuna.samplers.RandomSampler(seed=trial_seed)
+    if name == "grid":
+        return _Grid(space.grid() or {}, seed=derive_seed(seed, name) % 2**32)  # one grid order per study
+    if name == "cmaes":
+        return optuna.samplers.CmaEsSampler(
+            n_startup_trials=random_trials, seed=trial_seed, warn_independent_sampling=False
+        )
+    return optuna.samplers.TPESampler(  # constant liar: running trials' points are not drawn again
+        n_startup_trials=random_trials, seed=trial_seed, constant_liar=True
+    )
+
+
 def tune(
     study_name: str,
     space: SearchSpace,
@@ -305,14 +352,16 @@ def tune(
     direction: str = "maximize",
     *,
     random_trials: int = RANDOM_TRIALS,
-    pruner_startup_trials: int = 5,
-    warmup_rounds: int = 1,
+    pruner_startup_trials: int | None = None,
+    warmup_rounds: int = WARMUP_ROUNDS,
+    sampler: str = "tpe",
 ) -> TuningResult:
     """Run trials of ``objective`` until the study holds ``n_trials`` (counting every process's), then report it.
 
-    Each trial draws its overrides from ``space`` with TPE (its first ``random_trials`` at random), seeded from
-    ``(seed, trial number)``: one process always draws the same trials, and processes sharing a study draw different
-    ones. ``objective(overrides, handle)`` trains on validation data and returns the score; raising
+    Each trial draws its overrides from ``space`` with ``sampler`` (TPE and CMA-ES draw their first
+    ``random_trials`` at random), seeded from ``(seed, sampler, trial number)``: one process always draws the same
+    trials, and processes sharing a study draw different ones. ``objective(overrides, handle)`` trains on validation
+    data and returns the score; raising
     ``optuna.TrialPruned``, or a fit stopped by :class:`~fedhet.experiments.pruning.OptunaPruning`
     (``handle.pruned``), records the trial as pruned; a non-finite score records the worst value; any other
     exception marks the trial failed (not counted, so a resumed study runs it again) and propagates.
@@ -325,16 +374,19 @@ def tune(
         storage: ``None`` (in memory), a journal file (``.log``/``.jsonl``) or a database URL.
         seed: seeds the sampler.
         direction: ``"maximize"`` or ``"minimize"``.
-        random_trials: TPE's random start-up trials.
-        pruner_startup_trials: trials that finish before any trial is pruned.
+        random_trials: TPE's (and CMA-ES's) random start-up trials.
+        pruner_startup_trials: trials that complete before any trial is pruned (``None``:
+            :func:`~fedhet.experiments.trials.pruning_startup` of ``n_trials``, so a small budget is never pruned).
         warmup_rounds: rounds of a trial before it may be pruned.
+        sampler: one of :data:`~fedhet.experiments.search_space.SAMPLERS` (what each needs:
+            :func:`~fedhet.experiments.search_space.sampler_problem`).
 
     Returns:
         the best complete trial's overrides and value, and every trial.
 
     Raises:
-        ValueError: for a bad budget or direction, a study created with another direction or pruner, or when no trial
-            completed.
+        ValueError: for a bad budget, direction or sampler (:func:`sampler_problem`), a study created with another
+            direction, pruner or sampler, or when no trial completed.
         JournalDamagedError: when the journal file holds an unreadable record before its last line
             (:func:`~fedhet.experiments.journal.repair_journal`).
 
@@ -343,8 +395,12 @@ def tune(
         raise ValueError(f"tuning: field 'n_trials' must be at least 1, got {n_trials}")
     if direction not in ("maximize", "minimize"):
         raise ValueError(f"tuning: field 'direction' must be 'maximize' or 'minimize', got {direction!r}")
+    problem = sampler_problem(sampler, space, n_trials)
+    if problem is not None:
+        raise ValueError(f"tuning: field 'sampler': {problem}")
     storage = _absolute(storage)
-    settings = {"startup_trials": pruner_startup_trials, "warmup_rounds": warmup_rounds}
+    startup = pruning_startup(n_trials) if pruner_startup_trials is None else pruner_startup_trials
+    settings = {"startup_trials": startup, "warmup_rounds": warmup_rounds}
     lock = _lock(storage)
     with _quiet_optuna():
         with lock():
@@ -366,13 +422,13 @@ def tune(
                 study.set_user_attr(PRUNER_ATTR, settings)
             elif stored != settings:
                 raise ValueError(f"tuning: study '{study_name}' was created with pruner {stored}, not {settings}")
+            used = study.user_attrs.get(SAMPLER_ATTR, "tpe" if study.trials else sampler)  # older studies: TPE
+            if used != sampler:
+                raise ValueError(f"tuning: study '{study_name}' was created with sampler {used}, not {sampler}")
+            study.set_user_attr(SAMPLER_ATTR, sampler)
             release_dead_trials(study)
-        while (trial := _start_trial(study, n_trials, lock)) is not None:
-            study.sampler = optuna.samplers.TPESampler(  # constant liar: running trials' points are not drawn again
-                n_startup_trials=random_trials,
-                seed=derive_seed(seed, "tpe", trial.number) % 2**32,
-                constant_liar=True,
-            )
+        draw = functools.partial(_sampler, sampler, space, seed, random_trials=random_trials)
+        while (trial := _start_trial(study, n_trials, lock, draw)) is not None:
             _run_trial(study, trial, space, objective, storage)
         return _result(study)
 

@@ -42,6 +42,11 @@ class FederatedModule(LightningModule):
     shared: tuple[str, ...] = ("*",)
     """``fnmatch`` patterns of the parameter and buffer names sent to and averaged by the server."""
 
+    target_label_metrics: tuple[str, ...] = ()
+    """``fnmatch`` patterns of the round metrics computed from labels that no choice may read: a domain adaptation
+    target's (FedDaDiL: ``val/acc_mean`` averages the target client too). Tuning on one, or pruning on one, is refused
+    (:func:`fedhet.experiments.trials.check_label_free`)."""
+
     keep_optimizer_state: bool = False
     """Keep each client's optimizer state between its rounds (in the client state store and checkpoints)."""
 

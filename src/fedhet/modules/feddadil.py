@@ -157,6 +157,9 @@ class FedDaDiL(FederatedModule):
     """
 
     shared = ()
+    target_label_metrics = ("*/acc", "*/acc_*", "*/acc/*", "*/target_acc*")
+    """Every accuracy but the sources' (``source_acc``) counts the target client, whose labels are read only to score
+    the method: declared whether or not ``target`` is set, since a suite is checked before any module is built."""
 
     def __init__(
         self,
