@@ -6,9 +6,10 @@ runs ``fit`` with ``stack_clients=--stack`` and the vmap reference once each, th
 round of each part: a client's ``start`` (its state and the server's payload loaded into its module, the
 ``on_client_fit_start`` hook), ``submit`` (its batches drawn, its state taken), the stacks' ``train_stack`` (its
 stacked leaves, the ``vmap`` steps, the states split back), ``finish`` (each client's upload built and admitted),
-and the rest of the round (sampling, aggregation, the round's metrics). Inclusive times (a part's row includes the
-rows indented under it); ``--cprofile`` also prints ``cProfile``'s top calls of the stacked fit by own CPU time. The
-vmap reference's ``groups`` row is its whole training (its layout, steps and sums). Nothing is asserted or written.
+and the rest of the round (sampling, aggregation, the round's metrics). A part's row includes the rows indented under
+it, not the other parts (a full stack trains inside its last client's ``submit``: counted under ``train_stack``).
+``--cprofile`` also prints ``cProfile``'s top calls of the stacked fit by own CPU time. The vmap reference's
+``groups`` row is its whole training (its layout, steps and sums). Nothing is asserted or written.
 ``python benchmarks/stacked_overhead_profile.py --clients 100 1000 [--rounds 6] [--stack 64] [--cprofile]``
 """
 
@@ -43,14 +44,30 @@ _PARTS: list[tuple[Any, str, str]] = [
 ]
 
 
-def _timed(function: Callable[..., Any], label: str, spent: Counter[str]) -> Callable[..., Any]:
+def _timed(function: Callable[..., Any], label: str, spent: Counter[str], tops: list[float]) -> Callable[..., Any]:
+    """``function`` adding its process CPU time to ``spent[label]``.
+
+    A top-level part (a label without indent) leaves out the time of the top-level parts it calls (``tops`` holds the
+    time they took, per open call): a full stack trains inside the ``submit`` of its last client.
+    """
+    top = not label.startswith(" ")
+
     @functools.wraps(function)
     def timed(*args: Any, **kwargs: Any) -> Any:
         start = time.process_time_ns()
+        if top:
+            tops.append(0.0)
         try:
             return function(*args, **kwargs)
         finally:
-            spent[label] += time.process_time_ns() - start
+            elapsed = time.process_time_ns() - start
+            if top:
+                nested = tops.pop()
+                spent[label] += elapsed - nested
+                if tops:
+                    tops[-1] += elapsed
+            else:
+                spent[label] += elapsed
 
     return timed
 
@@ -61,8 +78,9 @@ def breakdown(clients: int, rounds: int, stack: int, profile: bool) -> None:
     eo.run_fedhet(federation, 2, stack_clients=stack)  # warm-up, untimed
     spent: Counter[str] = Counter()
     originals = [(owner, name, owner.__dict__[name]) for owner, name, _ in _PARTS]
+    tops: list[float] = []
     for owner, name, label in _PARTS:
-        setattr(owner, name, _timed(getattr(owner, name), label, spent))
+        setattr(owner, name, _timed(getattr(owner, name), label, spent, tops))
     profiler = cProfile.Profile(time.process_time) if profile else None
     try:
         if profiler is not None:
@@ -75,7 +93,7 @@ def breakdown(clients: int, rounds: int, stack: int, profile: bool) -> None:
             setattr(owner, name, original)
     reference_spent: Counter[str] = Counter()
     group = eo._train_vmap_group
-    eo._train_vmap_group = _timed(group, "groups", reference_spent)
+    eo._train_vmap_group = _timed(group, "groups", reference_spent, [])
     try:
         reference = eo.run_vmap_reference(train, rounds, 0, stack)
     finally:
