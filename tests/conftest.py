@@ -1,4 +1,6 @@
+import math
 import os
+import sys
 from pathlib import Path
 
 import lightning
@@ -7,8 +9,11 @@ import torch
 
 from fedhet.datamodules import ClientDataModule, FederatedDataModule
 
-# tiny models run many times faster on one thread than on two busy cores; results are compared within one process
-torch.set_num_threads(1)
+#: The threads the tests compute on (``FEDHET_TEST_THREADS``, 1 by default: tiny models run many times faster on one
+#: thread than on two busy cores). A run whose config leaves ``trainer.processes.threads`` at 1 runs on these too, so
+#: ``FEDHET_TEST_THREADS=2 pytest -m kernels`` checks the equality tests on two threads (`.ci/run` does).
+TEST_THREADS = int(os.environ.get("FEDHET_TEST_THREADS", "1"))
+torch.set_num_threads(TEST_THREADS)
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WANDB_SILENT", "true")
 
@@ -46,12 +51,55 @@ def pytest_sessionfinish(session, exitstatus):
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
-def make_client(client_id: str, n: int, seed: int, classes=(0, 1, 2), dim: int = 6, **kwargs) -> ClientDataModule:
-    """A seeded Gaussian-blob client: class c is centred at 2 * e_c."""
+@pytest.fixture
+def float64():
+    """Data, modules and statistics built in float64 (the default dtype; put back after the test)."""
+    torch.set_default_dtype(torch.float64)
+
+
+@pytest.fixture(autouse=True)
+def _test_threads(monkeypatch):
+    """Runs of the default 1 thread compute on ``TEST_THREADS`` instead (nothing to do at 1)."""
+    if TEST_THREADS == 1:
+        return
+    from fedhet.cli import _lightning
+    from fedhet.plugins.processes.threads import pin_threads
+    from fedhet.plugins.rounds import trainer
+
+    def pin(threads: int) -> None:
+        pin_threads(TEST_THREADS if threads == 1 else threads)
+
+    monkeypatch.setattr(trainer, "pin_threads", pin)
+    monkeypatch.setattr(_lightning, "pin_threads", pin)
+
+
+@pytest.fixture(autouse=True)
+def _leave_nothing_open():
+    """Whatever a test leaves behind that the next would inherit is put back: an open W&B run (a ``WandbLogger`` built
+    later would join it), torch's default dtype and its threads."""
+    dtype, threads = torch.get_default_dtype(), torch.get_num_threads()
+    yield
+    wandb = sys.modules.get("wandb")  # imported by a test that used it (importing it here costs every test)
+    if wandb is not None and wandb.run is not None:
+        wandb.finish()
+    torch.set_default_dtype(dtype)
+    torch.set_num_threads(threads)
+
+
+def make_client(
+    client_id: str, n: int, seed: int, classes=(0, 1, 2), dim: int = 6, nudge: bool = False, **kwargs
+) -> ClientDataModule:
+    """A seeded Gaussian-blob client: class c is centred at 2 * e_c.
+
+    ``nudge`` moves every feature one unit in the last place up (``torch.nextafter``): data that differ from the
+    client's by one rounding, whose run measures how far rounding alone moves a result (:mod:`tests.rounding`).
+    """
     g = torch.Generator().manual_seed(seed)
     y = torch.tensor(classes)[torch.randint(len(classes), (n,), generator=g)]
     centres = 2.0 * torch.eye(max(3, dim))[:, :dim]
     x = centres[y] + torch.randn(n, dim, generator=g)
+    if nudge:
+        x = torch.nextafter(x, torch.full_like(x, math.inf))
     kwargs.setdefault("test_fraction", 0.25)
     kwargs.setdefault("val_fraction", 0.25)
     return ClientDataModule(client_id, x, y, num_classes=3, batch_size=8, seed=seed, **kwargs)

@@ -90,6 +90,7 @@ def test_state_round_trip_and_bad_rule():
         DictionaryAveraging("median")
 
 
+@pytest.mark.kernels
 def test_resumed_federation_matches_an_uninterrupted_one(tmp_path):
     def trainer(root, rounds):
         return FederatedTrainer(

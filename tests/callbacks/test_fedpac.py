@@ -1,5 +1,6 @@
 """CentroidSync and HeadMixing: server steps on hand-made uploads, delivery, checkpoints and resume."""
 
+import pytest
 import torch
 
 from fedhet.callbacks import CentroidSync, HeadMixing
@@ -74,6 +75,7 @@ def test_mixed_head_is_what_the_client_evaluates_with(tmp_path, tiny_federation)
     assert torch.allclose(mixing.weights.sum(1), torch.ones(4))
 
 
+@pytest.mark.kernels
 def test_resume_gives_the_same_metrics(tmp_path, tiny_federation):
     def trainer(root, rounds):
         return FederatedTrainer(

@@ -96,6 +96,7 @@ def test_state_survives_a_weights_only_checkpoint():
     assert set(other.kernels) == {"a", "b"}
 
 
+@pytest.mark.kernels
 def test_resumed_federation_matches_an_uninterrupted_one(tmp_path, tiny_federation):
     def trainer(root, rounds):
         return FederatedTrainer(

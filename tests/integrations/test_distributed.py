@@ -67,6 +67,7 @@ def test_checkpoint_from_two_processes_resumes_on_one(tmp_path):
     assert resumed == full
 
 
+@pytest.mark.kernels
 def test_stacked_clients_on_two_processes_match_one(tmp_path):
     # each process stacks only its own clients, so a client's padded batch length (and the order of its loss sum) may
     # differ from the 1-process run: equal up to float32 rounding, not bitwise

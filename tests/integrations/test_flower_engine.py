@@ -62,6 +62,7 @@ class LoopbackNodes:
         return replies
 
 
+@pytest.mark.kernels
 @pytest.mark.slow
 @pytest.mark.parametrize("method", ["FedRep", "FedPAC", "FLIC"])
 def test_split_engine_equals_simulation(tmp_path, method):

@@ -261,6 +261,7 @@ def hand_computed_global_layers(model_args, starts, specs, aggregate_after):
     return {n: p.detach() for n, p in modules["a"].named_parameters() if modules["a"].is_shared(n)}
 
 
+@pytest.mark.kernels
 @pytest.mark.parametrize(("aggregate_every", "rounds", "aggregate_after"), [("step", 2, (0, 1)), ("epoch", 1, (1,))])
 def test_aggregation_after_every_step_or_every_epoch_equals_the_hand_computed_steps(
     aggregate_every, rounds, aggregate_after

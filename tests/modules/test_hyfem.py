@@ -166,6 +166,7 @@ def test_with_one_block_and_no_matching_hyfem_follows_fedprox(tmp_path, tiny_fed
     assert not torch.allclose(record_p.trajectory[0]["head.weight"], record_p.trajectory[-1]["head.weight"])
 
 
+@pytest.mark.kernels
 def test_runs_are_deterministic_and_resume_exactly(tmp_path, hybrid):
     def run(root, rounds, ckpt=None, every=0):
         module = HyFEM(extractor_dims=[5], hidden_dim=6, lr=0.1)

@@ -93,6 +93,7 @@ def test_a_budget_needs_a_folder():
         ClientStore(-1, "x")
 
 
+@pytest.mark.kernels
 def test_spilling_run_equals_in_memory_run_and_resumes(tmp_path, tiny_federation):
     def trainer(root, rounds, budget):
         return FederatedTrainer(

@@ -149,6 +149,7 @@ def _comparable(history):
     return [{k: v for k, v in m.items() if not k.startswith("time/")} for m in history]
 
 
+@pytest.mark.kernels
 def test_private_runs_are_reproducible_and_resume_exactly(tmp_path, tiny_federation):
     def private():
         return UploadPrivacy(0.2, 1.1)

@@ -38,6 +38,7 @@ def _sampled_trainer(root, rounds, callbacks=()):
     return make_trainer(root, rounds=rounds, sampler=sampler, callbacks=list(callbacks))
 
 
+@pytest.mark.kernels
 def test_full_last_round_crash_resume_is_identical_and_an_extension_is_flagged(tmp_path, tiny_federation, caplog):
     straight = _sampled_trainer(tmp_path / "straight", 4)
     straight.fit(FedRep(hidden_dims=[8], dropout=0.1), tiny_federation)

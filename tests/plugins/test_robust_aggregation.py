@@ -117,6 +117,7 @@ def test_a_bad_beta_is_refused_naming_the_field(tmp_path, capsys):
     assert "TrimmedMean: field 'beta' must be a fraction in [0, 0.5), got 0.5" in capsys.readouterr().err
 
 
+@pytest.mark.kernels
 @pytest.mark.distributed
 def test_two_processes_equal_one(tmp_path):
     from tests.integrations.test_distributed import run_cli

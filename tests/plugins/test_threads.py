@@ -11,7 +11,11 @@ from fedhet.cli import FederatedCLI
 from fedhet.modules import FedAvg
 from fedhet.plugins import FederatedTrainer
 from fedhet.plugins.processes.threads import pin_threads
+from tests.conftest import TEST_THREADS
 from tests.trainer_options import trainer_options
+
+# these tests check the threads a run asks for, which FEDHET_TEST_THREADS replaces
+pytestmark = pytest.mark.skipif(TEST_THREADS != 1, reason="FEDHET_TEST_THREADS replaces the runs' threads")
 
 FEDAVG = Path(__file__).resolve().parents[2] / "configs" / "fedavg" / "digits.yaml"
 

@@ -140,6 +140,7 @@ def _comparable(history):
     return [{k: v for k, v in m.items() if not k.startswith("time/")} for m in history]
 
 
+@pytest.mark.kernels
 @pytest.mark.parametrize("module_cls", [FedAvg, FedRep, LocalOnly])
 def test_resume_gives_the_same_metrics(tmp_path, tiny_federation, module_cls):
     full = make_trainer(tmp_path / "full", rounds=4)
