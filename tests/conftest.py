@@ -11,7 +11,7 @@ from fedhet.datamodules import ClientDataModule, FederatedDataModule
 
 #: The threads the tests compute on (``FEDHET_TEST_THREADS``, 1 by default: tiny models run many times faster on one
 #: thread than on two busy cores). A run whose config leaves ``trainer.processes.threads`` at 1 runs on these too, so
-#: ``FEDHET_TEST_THREADS=2 pytest -m kernels`` checks the equality tests on two threads (`.ci/run` does).
+#: ``FEDHET_TEST_THREADS=2 pytest -m kernels`` checks the equality tests on two threads.
 TEST_THREADS = int(os.environ.get("FEDHET_TEST_THREADS", "1"))
 torch.set_num_threads(TEST_THREADS)
 os.environ.setdefault("WANDB_MODE", "offline")

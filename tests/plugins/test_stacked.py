@@ -28,7 +28,7 @@ from tests.plugins.test_faults import federation as loader_fault_federation
 from tests.rounding import FLOAT64, assert_within_rounding
 from tests.trainer_options import trainer_options
 
-#: float32 equality across code paths: also run under ATEN_CPU_CAPABILITY=default on two threads (`.ci/run`)
+#: float32 equality across code paths: also run under ATEN_CPU_CAPABILITY=default (`.ci/run`)
 pytestmark = pytest.mark.kernels
 
 ROUNDS = 3

@@ -18,7 +18,7 @@ from tests.plugins.test_stacked import (
 )
 from tests.rounding import FLOAT64
 
-#: float32 equality across code paths: also run under ATEN_CPU_CAPABILITY=default on two threads (`.ci/run`)
+#: float32 equality across code paths: also run under ATEN_CPU_CAPABILITY=default (`.ci/run`)
 pytestmark = pytest.mark.kernels
 
 SMALL = {"latent_dim": 8, "embedding_hidden_dims": [16], "hidden_width": 12, "anchor_std": 3.0}
