@@ -286,20 +286,23 @@ def _paired(differences: list[float]) -> str:
 def table_rows(runs: list[HeartRun], reference: str, logs: dict[str, dict[int, Scores]]) -> list[dict[str, str]]:
     """One row per (method, client, metric) over the seeds both sides ran, then one CPU row per method.
 
-    ``logs``: the authors' logged scores by method (:func:`logged_scores`), compared on the same seeds where present.
+    A method the reference did not run (``--sides fedhet`` without recorded reference runs) gets fedhet's columns
+    over fedhet's seeds, the reference's left empty. ``logs``: the authors' logged scores by method
+    (:func:`logged_scores`), compared on the same seeds where present.
     """
     rows = []
     for method in GLOBAL:
         ours = {r.seed: r for r in runs if (r.implementation, r.method) == ("fedhet", method)}
         theirs = {r.seed: r for r in runs if (r.implementation, r.method) == (reference, method)}
-        seeds = sorted(set(ours) & set(theirs))
+        seeds = sorted(set(ours) & set(theirs)) or sorted(ours)
         if not seeds:
             continue
+        both = all(s in theirs for s in seeds)
         logged = logs.get(method, {})
         for site in GL_SITES:
             for metric in METRICS:
                 a = [ours[s].scores[site][metric] for s in seeds]
-                b = [theirs[s].scores[site][metric] for s in seeds]
+                b = [theirs[s].scores[site][metric] for s in seeds] if both else []
                 c = [logged[s][site][metric] for s in seeds if s in logged]
                 rows.append(
                     {
@@ -308,11 +311,11 @@ def table_rows(runs: list[HeartRun], reference: str, logs: dict[str, dict[int, S
                         "metric": metric,
                         "seeds": str(len(seeds)),
                         "fedhet": _spread(a),
-                        "reference": _spread(b),
-                        "difference": _paired([x - y for x, y in zip(a, b, strict=True)]),
+                        "reference": _spread(b) if both else "",
+                        "difference": _paired([x - y for x, y in zip(a, b, strict=True)]) if both else "",
                         "logs": _spread(c) if len(c) == len(seeds) else "",
                         "code_vs_logs": _paired([x - y for x, y in zip(b, c, strict=True)])
-                        if len(c) == len(seeds)
+                        if both and len(c) == len(seeds)
                         else "",
                     }
                 )
@@ -323,7 +326,7 @@ def table_rows(runs: list[HeartRun], reference: str, logs: dict[str, dict[int, S
                 "metric": "CPU s / round",
                 "seeds": str(len(seeds)),
                 "fedhet": f"{statistics.fmean(ours[s].cpu_per_round for s in seeds):.3f}",
-                "reference": f"{statistics.fmean(theirs[s].cpu_per_round for s in seeds):.3f}",
+                "reference": f"{statistics.fmean(theirs[s].cpu_per_round for s in seeds):.3f}" if both else "",
                 "difference": "",
                 "logs": "",
                 "code_vs_logs": "",
@@ -352,6 +355,10 @@ NOTES = [
     " re-seeds torch before building each client's model, so its clients' global layers start from different draws"
     " (their entity embeddings consume a number of draws that depends on the client's columns) and agree only after"
     " the first averaging, where fedhet starts every client from one shared initialisation of the global layers;"
+    " likewise the reference draws each client's head after its own input layers, where fedhet starts every client's"
+    " head from the first client's draw (`client_state.personal_init: shared`, the default since 0.2.0: Cleveland's"
+    " head as before, SAheart's and Faisalabad's from other draws than in the tables of 0.1.0, which moves their"
+    " per-seed scores, Local's included: each is another draw from the same distribution);"
     " the two sides shuffle batches with different generators; the reference runs a validation pass every epoch"
     " (it changes no weight: batch norm is frozen and gradients are off; its shuffled loaders only move the random"
     " stream).",
