@@ -46,7 +46,7 @@ def pytest_sessionfinish(session, exitstatus):
     if left:
         shown = "\n  ".join(left[:20]) + ("\n  ..." if len(left) > 20 else "")
         reporter = session.config.pluginmanager.get_plugin("terminalreporter")
-        reporter.ensure_newline()
+        reporter.write("\n")
         reporter.write_line(f"tests left {len(left)} file(s) in the repository (write under tmp_path):\n  {shown}")
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 

@@ -62,7 +62,7 @@ class Recorder(FederatedCallback):
         self.aggregates.append(({k: v.clone() for k, v in server_state.shared.items()}, list(updates)))
 
 
-def fit(model, data, rounds=2, **kwargs):
+def fit(root, model, data, rounds=2, **kwargs):
     recorder = Recorder()
     trainer = FederatedTrainer(
         **trainer_options(
@@ -73,6 +73,7 @@ def fit(model, data, rounds=2, **kwargs):
             reporting=Reporting(progress_bar=False, eval_every=rounds),
             logger=False,
             callbacks=[recorder],
+            default_root_dir=str(root),
             **kwargs,
         )
     )
@@ -80,9 +81,9 @@ def fit(model, data, rounds=2, **kwargs):
     return trainer, recorder
 
 
-def test_global_layers_identical_across_clients_private_layers_differ():
+def test_global_layers_identical_across_clients_private_layers_differ(tmp_path):
     model, data = GlobalLayers(batches_per_epoch=3, **TINY), federation()
-    trainer, rec = fit(model, data)
+    trainer, rec = fit(tmp_path, model, data)
     start = {cid: rec.loaded[(1, cid)] for cid in CLIENTS}  # after the first aggregation
     shared_names = [name for name in start["a"] if name.split(".")[0] in ("layer2", "layer3", "layer4")]
     server, updates = rec.aggregates[0]
@@ -103,9 +104,9 @@ def test_global_layers_identical_across_clients_private_layers_differ():
     assert metrics["test/auroc_mean"] > 0.5
 
 
-def test_batch_aligned_clients_take_equal_steps_with_their_own_batch_size():
+def test_batch_aligned_clients_take_equal_steps_with_their_own_batch_size(tmp_path):
     data = federation()
-    trainer, rec = fit(GlobalLayers(batches_per_epoch=3, aggregate_every="epoch", **TINY), data, rounds=3)
+    trainer, rec = fit(tmp_path, GlobalLayers(batches_per_epoch=3, aggregate_every="epoch", **TINY), data, rounds=3)
     assert set(rec.steps.values()) == {3.0}
     assert len(rec.steps) == 9
     sizes = {
@@ -116,31 +117,33 @@ def test_batch_aligned_clients_take_equal_steps_with_their_own_batch_size():
     assert {data.client(cid).batch_size for cid in CLIENTS} == {4}  # the client datamodules are left as they are
 
 
-def test_a_client_smaller_than_batches_per_epoch_is_refused_before_any_training():
+def test_a_client_smaller_than_batches_per_epoch_is_refused_before_any_training(tmp_path):
     data = FederatedDataModule([client(cid, *args) for cid, args in {**CLIENTS, "tiny": (2, 3, (0, 1))}.items()])
     recorder = Recorder()
     options = {"processes": Processes(accelerator="cpu"), "reporting": Reporting(progress_bar=False)}
-    trainer = FederatedTrainer(**trainer_options(rounds=1, logger=False, callbacks=[recorder], **options))
+    trainer = FederatedTrainer(
+        **trainer_options(rounds=1, logger=False, callbacks=[recorder], default_root_dir=str(tmp_path), **options)
+    )
     with pytest.raises(ValueError, match="client 'tiny' has 2 training rows, fewer than batches_per_epoch=3"):
         trainer.fit(GlobalLayers(batches_per_epoch=3, **TINY), data)
     assert recorder.loaded == {}  # no client started training
 
 
-def test_local_shares_nothing():
-    trainer, rec = fit(GlobalLayers(global_modules=(), **TINY), federation())
+def test_local_shares_nothing(tmp_path):
+    trainer, rec = fit(tmp_path, GlobalLayers(global_modules=(), **TINY), federation())
     assert rec.aggregates[0][0] == {}
     a, b = rec.loaded[(1, "a")], rec.loaded[(1, "b")]
     assert not torch.equal(a["layer3.linear.weight"], b["layer3.linear.weight"])
 
 
-def test_fedavg_over_the_union_feature_and_label_space():
+def test_fedavg_over_the_union_feature_and_label_space(tmp_path):
     data = AlignedFederation(federation(), layout="union")
     assert [spec.input_dim for spec in data.specs.values()] == [12, 12, 12]
     x = data.client("b").train_dataset.x
     assert torch.count_nonzero(x[:, :3]) == 0
     assert torch.count_nonzero(x[:, 7:]) == 0
     model = GlobalLayers(global_modules=GlobalLayers.all_but_first(), label_space="federation", **TINY)
-    _, rec = fit(model, data)
+    _, rec = fit(tmp_path, model, data)
     a, c = rec.loaded[(1, "a")], rec.loaded[(1, "c")]
     assert a["head.weight"].shape == (4, 8)
     assert torch.equal(a["head.weight"], c["head.weight"])
@@ -174,9 +177,9 @@ def test_pooled_client_for_the_centralised_baseline():
         AlignedFederation(fed, layout="union", client_code_column="area")
 
 
-def test_heart_gl_sites_run_batch_aligned():
+def test_heart_gl_sites_run_batch_aligned(tmp_path):
     data = HeartFederation(sites=GL_SITES, missing="code")
-    _, rec = fit(GlobalLayers(batches_per_epoch=5, aggregate_every="epoch", **TINY), data, rounds=1)
+    _, rec = fit(tmp_path, GlobalLayers(batches_per_epoch=5, aggregate_every="epoch", **TINY), data, rounds=1)
     assert [rec.phases[(0, site)][0].batch_size for site in GL_SITES] == [36, 55, 36]  # floor(n_k / 5)
     assert {rec.steps[(0, site)] for site in GL_SITES} == {5.0}
 
@@ -264,11 +267,11 @@ def hand_computed_global_layers(model_args, starts, specs, aggregate_after):
 @pytest.mark.kernels
 @pytest.mark.parametrize(("aggregate_every", "rounds", "aggregate_after"), [("step", 2, (0, 1)), ("epoch", 1, (1,))])
 def test_aggregation_after_every_step_or_every_epoch_equals_the_hand_computed_steps(
-    aggregate_every, rounds, aggregate_after
+    aggregate_every, rounds, aggregate_after, tmp_path
 ):
     args = {**TINY, "label_space": "federation", "batches_per_epoch": 2, "aggregate_every": aggregate_every}
     data = FederatedDataModule([constant_client("a", 3, 1.0), constant_client("b", 4, -2.0)])
-    trainer, rec = fit(GlobalLayers(**args), data, rounds=rounds)
+    trainer, rec = fit(tmp_path, GlobalLayers(**args), data, rounds=rounds)
     assert {rec.steps[(r, c)] for r in range(rounds) for c in "ab"} == {2.0 / rounds}
     starts = {cid: rec.loaded[(0, cid)] for cid in "ab"}
     expected = hand_computed_global_layers(args, starts, data.specs, aggregate_after)

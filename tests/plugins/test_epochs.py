@@ -34,10 +34,10 @@ def test_an_empty_schedule_is_refused(bad):
 
 
 @pytest.mark.parametrize("aggregate_every", ["step", "epoch"])
-def test_either_schedule_gives_every_client_its_batches_per_epoch_steps_each_epoch(aggregate_every):
+def test_either_schedule_gives_every_client_its_batches_per_epoch_steps_each_epoch(aggregate_every, tmp_path):
     model = GlobalLayers(batches_per_epoch=3, aggregate_every=aggregate_every, **TINY)
     schedule = epoch_schedule(model, epochs=2)
-    _, rec = fit(model, federation(), rounds=schedule.rounds)
+    _, rec = fit(tmp_path, model, federation(), rounds=schedule.rounds)
     assert len(rec.aggregates) == schedule.rounds
     for cid in CLIENTS:
         assert sum(steps for (_, c), steps in rec.steps.items() if c == cid) == 2 * 3  # epochs x B
