@@ -287,6 +287,13 @@ def test_threads_default_to_one_and_change_the_runs_digests_only_when_set(tmp_pa
     assert run_sha256(spec) != run_sha256(run_spec(one, "digits", "fedavg", 0, {}))
 
 
+def test_suite_runs_draw_no_accuracy_plot(tmp_path: Path) -> None:
+    """A suite's fit and test skip ``plots/accuracy.png`` (the suite draws its own plots)."""
+    spec = run_spec(load_suite(_suite(tmp_path)), "digits", "fedavg", 0, {})
+    for subcommand in ("fit", "test"):
+        assert "--trainer.reporting.accuracy_plot=false" in arguments(spec, subcommand)
+
+
 @pytest.mark.parametrize(
     ("flag", "values", "problem"),
     [

@@ -11,7 +11,8 @@ class AccuracyCurve(FederationHooks):
     """Write ``plots/accuracy.png``: the mean, sample-weighted and worst-client validation accuracy against round.
 
     The ``fedhet`` command adds it to every run (matplotlib's Agg backend, once, at the end of training); a run whose
-    rounds logged no ``val/<metric>_mean`` (no validation split), or without matplotlib, writes nothing.
+    rounds logged no ``val/<metric>_mean`` (no validation split), with ``trainer.reporting.accuracy_plot`` off (a
+    suite's runs: the suite draws its own plots), or without matplotlib, writes nothing.
 
     Args:
         metric: the metric family drawn (``val/<metric>_mean``, ``_weighted``, ``_worst``).
@@ -24,6 +25,8 @@ class AccuracyCurve(FederationHooks):
     def on_federation_end(self, trainer: Any) -> None:
         """Draw the curves from ``trainer.history`` into the run folder's ``plots/accuracy.png``."""
         keys = [f"val/{self.metric}_{kind}" for kind in ("mean", "weighted", "worst")]
+        if not trainer.reporting.accuracy_plot:
+            return
         if not trainer.is_global_zero or not any(keys[0] in row for row in trainer.history):
             return
         try:

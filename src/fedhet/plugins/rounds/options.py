@@ -155,12 +155,16 @@ class Reporting:
             last).
         per_client: also log each client's evaluation metrics (``val/acc/<client>``), beside the summaries.
         progress_bar: show a ``rich`` progress display (only on rank 0 and in a terminal).
+        accuracy_plot: draw ``plots/accuracy.png`` at the end of training
+            (:class:`~fedhet.callbacks.accuracy_curve.AccuracyCurve`, which the ``fedhet`` command adds to every run);
+            a suite's runs turn it off, as the suite draws its own plots.
 
     """
 
     eval_every: int = 1
     per_client: bool = True
     progress_bar: bool = True
+    accuracy_plot: bool = True
 
     def __post_init__(self) -> None:
         if self.eval_every < 1:
