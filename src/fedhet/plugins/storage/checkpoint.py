@@ -22,6 +22,7 @@ log = logging.getLogger(__name__)
 
 FORMAT = "fedhet-federation-checkpoint"
 VERSION = 2  # 2: the state under "state", with its SHA-256 (payload_digest) under "sha256"
+_SCALARS = frozenset({str, int, float, bool, type(None)})
 
 
 @dataclass(frozen=True)
@@ -110,25 +111,32 @@ def payload_digest(state: Any) -> str:
     falls (tensor data or structure).
     """
     digest = hashlib.sha256()
+    chunks: list[bytes] = []  # small pieces, hashed together (the digest of a concatenation is that of its pieces)
 
     def visit(value: Any) -> None:
-        if isinstance(value, torch.Tensor):
+        kind = type(value)
+        if kind in _SCALARS:  # most of a checkpoint's objects (its history's keys and values): checked first
+            chunks.append(f"{kind.__name__}={value!r};".encode())
+        elif isinstance(value, torch.Tensor):
             tensor = value.detach().cpu().contiguous()
-            digest.update(f"T{tensor.dtype}{tuple(tensor.shape)}:".encode())
-            digest.update(tensor.view(-1).view(torch.uint8).numpy().tobytes())
+            chunks.append(f"T{tensor.dtype}{tuple(tensor.shape)}:".encode())
+            digest.update(b"".join(chunks))
+            chunks.clear()
+            digest.update(tensor.view(-1).view(torch.uint8).numpy().tobytes())  # a large tensor is not copied twice
         elif isinstance(value, dict):
-            digest.update(f"D{len(value)}:".encode())
+            chunks.append(f"D{len(value)}:".encode())
             for key, item in value.items():
                 visit(key)
                 visit(item)
         elif isinstance(value, (list, tuple)):
-            digest.update(f"{type(value).__name__[0]}{len(value)}:".encode())
+            chunks.append(f"{type(value).__name__[0]}{len(value)}:".encode())
             for item in value:
                 visit(item)
         else:
-            digest.update(f"{type(value).__name__}={value!r};".encode())
+            chunks.append(f"{type(value).__name__}={value!r};".encode())
 
     visit(state)
+    digest.update(b"".join(chunks))
     return digest.hexdigest()
 
 
