@@ -126,8 +126,11 @@ def payload_digest(state: Any) -> str:
         elif isinstance(value, dict):
             chunks.append(f"D{len(value)}:".encode())
             for key, item in value.items():
-                visit(key)
-                visit(item)
+                if type(key) in _SCALARS and type(item) in _SCALARS:  # a history row's metric: no call per part
+                    chunks.append(f"{type(key).__name__}={key!r};{type(item).__name__}={item!r};".encode())
+                else:
+                    visit(key)
+                    visit(item)
         elif isinstance(value, (list, tuple)):
             chunks.append(f"{type(value).__name__[0]}{len(value)}:".encode())
             for item in value:
