@@ -3,7 +3,9 @@
 A suite is many short runs, and a fresh interpreter pays several CPU seconds importing torch, Lightning and fedhet
 before a run's first round. ``fedhet compare`` instead starts one fork server (:mod:`multiprocessing`'s
 ``forkserver``) that imports them once (:data:`PRELOAD`: the engine, the command line, every method, federation and
-callback module) and runs nothing else; each run (and the suite's command-line check) is a new child forked from it.
+callback module) and builds the ``fit`` and ``test`` parsers once, to fill their caches
+(:mod:`fedhet.cli._parser_warmup`), and runs nothing else; each run (and the suite's command-line check) is a new
+child forked from it.
 The child starts from the server's pristine state, never from another run's: it takes its own environment and
 number of threads, sends its output to its own log, builds everything from its own config and seeds every draw
 itself, so its numbers are those of the same command in a fresh process (``tests/experiments/test_warm.py``).
@@ -37,6 +39,7 @@ PRELOAD = (
     "torch",
     "lightning.pytorch",
     "fedhet.cli._lightning",
+    "fedhet.cli._parser_warmup",
     "fedhet.experiments.fit_test",
     "fedhet.experiments.preflight",
     "fedhet.experiments.warm",
