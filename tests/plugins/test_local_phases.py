@@ -79,8 +79,9 @@ def test_a_phase_naming_a_missing_optimizer_is_refused_before_training():
         )
 
 
-def test_phases_with_optimizers_of_their_own_train_in_stacks_as_one_by_one(tmp_path, monkeypatch):
-    """Each optimizer of a stack steps the stacked leaves of its own parameters, in the phases that name it."""
+def test_phases_with_optimizers_of_their_own_train_in_stacks_as_one_by_one(tmp_path, monkeypatch, float64):
+    """Each optimizer of a stack steps the stacked leaves of its own parameters, in the phases that name it (in
+    float64, where the two orders of the same sums agree to :data:`tests.rounding.FLOAT64`)."""
     module = built(PretrainsItsHead(hidden_dims=[4]), make_client("a", 24, 0))
     assert stacking_refusal(module) is None
     sequential = fit(tmp_path / "seq", PretrainsItsHead(hidden_dims=[8]))
