@@ -44,6 +44,18 @@ def test_fedhet_help_lists_the_commands_without_lightning():
     assert not top_level(modules) & set(HEAVY)
 
 
+def test_a_flower_clientapp_module_loads_flower_and_torch_but_no_lightning_nor_a_method():
+    pytest.importorskip("flwr")
+    code = "from fedhet.integrations.flower.apps import make_client_app, make_server_app; make_client_app('f.yaml')"
+    modules = loaded(code)
+    assert {"flwr", "torch", "fedhet.core", "fedhet.integrations.flower.apps"} <= modules
+    assert not top_level(modules) & {"lightning", "torchmetrics", "ot", "scipy", "sklearn", "optuna", "jsonargparse"}
+    assert not {
+        m for m in modules if m.startswith(("fedhet.plugins", "fedhet.modules", "fedhet.callbacks", "fedhet.cli"))
+    }
+    assert not modules & {"fedhet.integrations.flower.engine", "fedhet.integrations.flower.records"}
+
+
 def test_the_help_names_fedhet_and_every_command(capsys):
     assert set(COMMANDS) == {*SUBCOMMANDS, "compare"}
     text = usage()

@@ -5,7 +5,14 @@ engine's round: sampling, aggregation, the method's server-side callbacks) and `
 with the engine's own local loop, its personal state kept on its node).
 """
 
-from fedhet.integrations.flower.apps import make_client_app, make_server_app, serve
-from fedhet.integrations.flower.engine import NodeClient, RemoteFederation, RemoteRunner, load_run
+from typing import TYPE_CHECKING
+
+from fedhet._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from fedhet.integrations.flower.apps import make_client_app, make_server_app, serve
+    from fedhet.integrations.flower.engine import NodeClient, RemoteFederation, RemoteRunner, load_run
 
 __all__ = ["NodeClient", "RemoteFederation", "RemoteRunner", "load_run", "make_client_app", "make_server_app", "serve"]
+
+__getattr__, __dir__ = lazy_exports(__name__, __file__)

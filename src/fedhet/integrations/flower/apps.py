@@ -32,6 +32,9 @@ replies (600 s by default; 0: no limit); ``max-message-mb``, the most MiB of ten
 ``max-model-mb``, the most MiB one client's module may take on the server (1024). The server seats the nodes' clients
 (:mod:`~fedhet.integrations.flower.seating`) and checks every reply (:class:`~.engine.RemoteRunner`); its output
 (seating, a line per round, a failure in one line) goes into the run's log that ``flwr run --stream`` shows.
+
+Importing this module (or building an app) loads Flower, torch and :mod:`fedhet.core` only: the engine, Lightning
+and the config's method load when a node builds its client (its first message) or the server starts its run.
 """
 
 from __future__ import annotations
@@ -49,22 +52,9 @@ from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 
 from fedhet.core import ClientFailure, EngineModule, InvalidUploadError, SpecLimits
-from fedhet.integrations.flower.engine import NodeClient, RemoteFederation, RemoteRunner, Request, load_run, split_args
-from fedhet.integrations.flower.records import (
-    decode_evaluation,
-    decode_request,
-    decode_update,
-    encode_evaluation,
-    encode_failure,
-    encode_request,
-    encode_spec,
-    encode_update,
-    load_client_state,
-    save_client_state,
-)
-from fedhet.integrations.flower.seating import MAX_MODEL_MB, seat_clients
 
 if TYPE_CHECKING:
+    from fedhet.integrations.flower.engine import NodeClient, Request
     from fedhet.plugins import FederatedTrainer
 
 log = logging.getLogger(__name__)
@@ -138,6 +128,8 @@ def node_client(config: Path, context: Context) -> NodeClient:
             wrong type, or names a client the data do not hold.
 
     """
+    from fedhet.integrations.flower.engine import NodeClient, load_run, split_args  # Lightning: when a node builds
+
     node = context.node_config
     for field, example in (("client-id", 'client-id="client_000"'), ("partition-id", "partition-id=0")):
         _node_field(node, field, str if field == "client-id" else int, example)  # refused before the costly build
@@ -188,26 +180,32 @@ def make_client_app(config: str | Path) -> ClientApp:
 
     @app.query()
     def describe(msg: Message, context: Context) -> Message:
-        return Message(encode_spec(cached_node_client(config, context).spec), reply_to=msg)
+        from fedhet.integrations.flower import records  # the engine (and Lightning) load with a node's first message
+
+        return Message(records.encode_spec(cached_node_client(config, context).spec), reply_to=msg)
 
     @app.train()
     def train(msg: Message, context: Context) -> Message:
+        from fedhet.integrations.flower import records
+
         client = cached_node_client(config, context)
-        round_idx, payload, statistics, _ = decode_request(msg.content)
-        result, state, seconds = client.fit(round_idx, payload, statistics, load_client_state(context.state))
+        round_idx, payload, statistics, _ = records.decode_request(msg.content)
+        result, state, seconds = client.fit(round_idx, payload, statistics, records.load_client_state(context.state))
         if state is not None:
-            save_client_state(context.state, state)  # personal layers and optimizer state stay on the node
+            records.save_client_state(context.state, state)  # personal layers and optimizer state stay on the node
         if isinstance(result, ClientFailure):
-            return Message(encode_failure(result), reply_to=msg)
-        return Message(encode_update(result, seconds), reply_to=msg)
+            return Message(records.encode_failure(result), reply_to=msg)
+        return Message(records.encode_update(result, seconds), reply_to=msg)
 
     @app.evaluate()
     def evaluate(msg: Message, context: Context) -> Message:
+        from fedhet.integrations.flower import records
+
         client = cached_node_client(config, context)
-        round_idx, payload, statistics, stage = decode_request(msg.content)
-        result, state = client.evaluate(stage, round_idx, payload, statistics, load_client_state(context.state))
-        save_client_state(context.state, state)
-        return Message(encode_evaluation(result), reply_to=msg)
+        round_idx, payload, statistics, stage = records.decode_request(msg.content)
+        result, state = client.evaluate(stage, round_idx, payload, statistics, records.load_client_state(context.state))
+        records.save_client_state(context.state, state)
+        return Message(records.encode_evaluation(result), reply_to=msg)
 
     return app
 
@@ -227,9 +225,11 @@ class _Remote:
         self.max_bytes = max_bytes
 
     def __call__(self, kind: str, round_idx: int, requests: dict[str, Request]) -> dict[str, Any]:
+        from fedhet.integrations.flower import records
+
         messages = []
         for cid, (payload, statistics) in requests.items():
-            content = encode_request(round_idx, payload, statistics, "fit" if kind == "train" else kind)
+            content = records.encode_request(round_idx, payload, statistics, "fit" if kind == "train" else kind)
             message_type = "train" if kind == "train" else "evaluate"
             messages.append(Message(content, self.nodes[cid], message_type, group_id=str(round_idx)))
         asked = {self.nodes[cid]: cid for cid in requests}  # the server decides whom a reply is from: the node asked
@@ -248,12 +248,14 @@ class _Remote:
         return replies
 
     def _decode(self, kind: str, reply: Message) -> Any:
+        from fedhet.integrations.flower import records
+
         try:
             if reply.has_error():
                 return RuntimeError(f"the client's node answered with an error: {str(reply.error.reason)[:500]}")
             if kind == "train":
-                return decode_update(reply.content, self.max_bytes)
-            return decode_evaluation(reply.content)
+                return records.decode_update(reply.content, self.max_bytes)
+            return records.decode_evaluation(reply.content)
         except Exception as err:  # a malformed reply fails its client, never the server
             if isinstance(err, InvalidUploadError):
                 return err
@@ -297,6 +299,9 @@ def serve(config: Path, grid: Grid, run_config: Mapping[str, Any]) -> FederatedT
         run_config: the run config (``fedhet-args``, ``num-clients``, ``wait-s``, ``reply-timeout-s``, the limits).
 
     """
+    from fedhet.integrations.flower.engine import RemoteFederation, RemoteRunner, load_run, split_args
+    from fedhet.integrations.flower.seating import MAX_MODEL_MB, seat_clients
+
     args = [*split_args(str(run_config.get("fedhet-args", ""))), *SERVER_ARGS]
     trainer, module, datamodule = load_run(config, args)
     expected = int(_positive(run_config, "num-clients", 0)) or datamodule.declared_num_clients

@@ -165,7 +165,8 @@ def serve(
         stop: called between tasks; ``True`` ends the loop.
 
     """
-    import fedhet.integrations.flower.apps  # noqa: F401 - torch, Lightning and fedhet, before the first message
+    import fedhet.integrations.flower.engine  # noqa: F401 - torch, Lightning and fedhet, before the first message
+    import fedhet.integrations.flower.records  # noqa: F401
 
     acquirer = _client(address, root_certificates, RuntimeVersionHttpInterceptor("SuperExec"))
     apps = AppCache()
