@@ -125,6 +125,7 @@ class ExpectedUpload:
         metrics: Mapping[str, object],
         num_samples: object,
         check_metric_names: bool = True,
+        shared_checked: bool = False,
     ) -> str | None:
         """Why an upload is not what the server expects (one phrase naming the field), or ``None``.
 
@@ -135,6 +136,8 @@ class ExpectedUpload:
             num_samples: the sample count the client claims (its aggregation weight).
             check_metric_names: refuse training metrics the declaration does not name (a deployed server, where each
                 name would become a column of the logs); a simulation only checks that the loss is there.
+            shared_checked: ``shared`` was checked already, for a whole stack of clients at once
+                (:meth:`stack_mismatch`): only the rest of the upload is checked here.
 
         Example:
             >>> ExpectedUpload({}, UploadDeclaration(), num_train=5).mismatch({}, {}, {"loss": 1.0}, 0)
@@ -152,6 +155,20 @@ class ExpectedUpload:
                 return f"training metric {quoted(name)} is not one the method logs"
             if check_metric_names and name != "loss" and not math.isfinite(value):  # the loss: a non-finite upload
                 return f"training metric {quoted(name)} is {value}, expected a finite number"
-        return tensors_mismatch("shared parameter", shared, self.shared) or tensors_mismatch(
-            "statistic", statistics, self.declaration.statistics
-        )
+        shared_reason = None if shared_checked else tensors_mismatch("shared parameter", shared, self.shared)
+        return shared_reason or tensors_mismatch("statistic", statistics, self.declaration.statistics)
+
+    def stack_mismatch(self, stacked: Mapping[str, Tensor]) -> str | None:
+        """Why the shared parameters of a stack of clients are not each what :meth:`mismatch` admits, or ``None``.
+
+        Args:
+            stacked: each shared parameter of ``K >= 1`` clients stacked along a leading axis, ``(K, *shape)``:
+                client ``k``'s parameter is ``stacked[name][k]``, so every client has these names, shapes and dtypes.
+
+        Example:
+            >>> ExpectedUpload({"w": TensorSpec((2,))}, UploadDeclaration(), 5).stack_mismatch({"w": torch.zeros(3, 2)})
+            >>> ExpectedUpload({"w": TensorSpec((2,))}, UploadDeclaration(), 5).stack_mismatch({"w": torch.zeros(3, 1)})
+            "shared parameter 'w' has shape (1,), expected (2,)"
+
+        """
+        return tensors_mismatch("shared parameter", {name: t[0] for name, t in stacked.items()}, self.shared)

@@ -32,6 +32,7 @@ from fedhet.core import (
     RoundUploads,
     ServerState,
     TensorSpec,
+    non_finite,
     num_bytes,
     to_cpu,
 )
@@ -49,7 +50,7 @@ from fedhet.plugins.clients.slots import ModuleSlot
 from fedhet.plugins.hooks.dispatch import CallbackHooks
 from fedhet.plugins.storage.client_store import ClientStore
 from fedhet.plugins.storage.fingerprint import run_fingerprint
-from fedhet.plugins.uploads.policies import DeclaredUpload, UploadCheck
+from fedhet.plugins.uploads.policies import DeclaredUpload, FiniteUpload, UploadCheck
 
 
 def check_federated_datamodule(datamodule: object) -> None:
@@ -413,8 +414,27 @@ class ClientContext:
             module.set_local_training(None)
         return LocalResult(job.slot.tensors(), result.metrics, statistics, result.optimizer, in_module=True)
 
-    def finish(self, job: ClientJob, result: LocalResult, uploads: RoundUploads) -> None:
+    def shared_checked(self, client_id: str, stacked: Mapping[str, Tensor]) -> bool:
+        """Whether a stack's shared parameters pass, for every client of the stack, the upload checks' shared part.
+
+        That is the names, shapes and dtypes :class:`~fedhet.plugins.uploads.policies.DeclaredUpload` expects and the
+        finiteness :class:`~fedhet.plugins.uploads.policies.FiniteUpload` asks, checked once on the stacked tensors
+        (one shape read and one reduction per name instead of ``K``). The stacked tensors were made in this process
+        and each client's shared upload is a copy of its slice (:meth:`finish`), so a stack that passes holds only
+        uploads that pass; one that does not (a non-finite value, a sum that overflows) is checked client by client.
+
+        Args:
+            client_id: a client of the stack (they share one architecture, hence one expected upload's shared part).
+            stacked: the stack's shared parameters, ``(K, *shape)`` each.
+
+        """
+        return self.expected_upload(client_id).stack_mismatch(stacked) is None and not non_finite(stacked)
+
+    def finish(self, job: ClientJob, result: LocalResult, uploads: RoundUploads, shared_checked: bool = False) -> None:
         """Build the client's upload, fire ``on_client_fit_end``, then admit it (:meth:`admit`).
+
+        ``shared_checked``: :meth:`shared_checked` passed for the stack whose slices are ``result``'s shared tensors;
+        ignored where a callback's ``on_client_fit_end`` may change the upload.
 
         Raises:
             Exception: whatever ``on_client_fit_end`` raises (the runner records it as the client's failure).
@@ -436,15 +456,29 @@ class ClientContext:
             self.hooks(
                 "on_client_fit_end", round_idx=job.round_idx, client_id=job.client_id, module=slot.module, update=update
             )
+            shared_checked = False  # the callback may have changed the upload
         state = ClientState(to_cpu(personal), result.optimizer)
-        self.admit(update, state, job.bytes_down, time.perf_counter() - job.started, uploads)
+        self.admit(update, state, job.bytes_down, time.perf_counter() - job.started, uploads, shared_checked)
 
     def admit(
-        self, update: ClientUpdate, state: ClientState, bytes_down: int, seconds: float, uploads: RoundUploads
+        self,
+        update: ClientUpdate,
+        state: ClientState,
+        bytes_down: int,
+        seconds: float,
+        uploads: RoundUploads,
+        shared_checked: bool = False,
     ) -> None:
-        """Keep a trained client's state and upload, or record the first upload check that rejects it."""
+        """Keep a trained client's state and upload, or record the first upload check that rejects it.
+
+        ``shared_checked``: the shared parameters passed :meth:`shared_checked` with their stack; the checks of ours
+        leave them out then (a user's check sees the whole upload).
+        """
         for check in self.checks:
-            failure = check.reject(update, seconds)
+            if shared_checked and isinstance(check, DeclaredUpload | FiniteUpload):
+                failure = check.reject(update, seconds, shared_checked=True)
+            else:
+                failure = check.reject(update, seconds)
             if failure is not None:
                 uploads.failures.append(failure)
                 return

@@ -183,6 +183,8 @@ class StackResult(NamedTuple):
     """With ``optimizer_states``, each client's optimizer state after training (as ``state_dict()`` gives it)."""
     inputs: list[dict[str, Tensor]]
     """Each client's ``inputs`` that an optimizer trained (e.g. FLIC's anchor copy), after training."""
+    stacked: dict[str, Tensor]
+    """The trained states stacked, ``(K, *shape)`` each: ``states[k][name]`` is ``stacked[name][k]``."""
 
 
 def train_stack(
@@ -248,9 +250,8 @@ def train_stack(
     step = StackedStep(module, leaves, optimizers, stacking is not None and stacking.draws is not None, penalised)
     schedule = [(phase, zip(*(client[p] for client in batches), strict=True)) for p, phase in enumerate(phases)]
     losses = run_phases(module, step, schedule)  # each step: the clients' batches of that step
-    result = unstack_states(
-        {name: leaf.detach().contiguous() for name, leaf in leaves.items() if name not in attributes}
-    )
+    stacked = {name: leaf.detach().contiguous() for name, leaf in leaves.items() if name not in attributes}
+    result = unstack_states(stacked)
     trained_inputs = unstack_states({name: leaves[name].detach() for name in trained}) if trained else []
     kept = None
     if optimizer_states is not None:
@@ -260,6 +261,7 @@ def train_stack(
         {key: torch.stack(values) if values else torch.zeros(0, len(states)) for key, values in losses.items()},
         kept,
         trained_inputs or [{} for _ in states],
+        stacked,
     )
 
 
@@ -355,13 +357,19 @@ class StackedRunner(LocalRunner):
             states, batches = [c.state for c in stack], [c.batches for c in stack]
             inputs = [{k: v for k, v in (c.attributes or {}).items() if isinstance(v, Tensor)} for c in stack]
             kept = [c.optimizer for c in stack] if slot.module.keep_optimizer_state else None
-            trained, losses, optimizers, trained_inputs = train_stack(
+            trained, losses, optimizers, trained_inputs, stacked = train_stack(
                 slot.module, states, batches, stack[0].phases, inputs if inputs[0] else (), kept
             )
         except Exception as err:  # e.g. a module whose sample_losses cannot run under vmap: its clients fail, named
             for client in stack:
                 context.fail(client.job.client_id, err, uploads)
             return
+        # Each client's shared upload is a copy of its slice of the stacked tensors made here (unless its on_train_end
+        # runs: it may change them), so the upload checks' shared part runs once for the stack, not once per client.
+        hooks_run = stack[0].attributes is not None
+        shared_checked = not hooks_run and context.shared_checked(
+            stack[0].job.client_id, {name: stacked[name] for name in slot.shared}
+        )
         steps = float(sum(len(values) for values in losses.values()))
         means = {
             key: values.double().mean(0).tolist() if len(values) else [0.0] * len(stack)
@@ -380,7 +388,7 @@ class StackedRunner(LocalRunner):
                 if client.attributes is not None:
                     attributes = {**client.attributes, **after}
                     result = context.end_training(client.job, client.loader, result, attributes, client.generators)
-                context.finish(client.job, result, uploads)
+                context.finish(client.job, result, uploads, shared_checked)
             except Exception as err:  # as in the sequential path, the hook's failure is its client's
                 context.fail(client.job.client_id, err, uploads)
 

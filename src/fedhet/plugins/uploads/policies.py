@@ -56,14 +56,23 @@ class DeclaredUpload:
         self.expected = expected
         self.check_metric_names = check_metric_names
 
-    def reject(self, update: ClientUpdate, seconds: float) -> ClientFailure | None:
-        """An ``"invalid"`` failure naming the field at fault, or ``None``."""
+    def reject(self, update: ClientUpdate, seconds: float, shared_checked: bool = False) -> ClientFailure | None:
+        """An ``"invalid"`` failure naming the field at fault, or ``None``.
+
+        ``shared_checked``: the engine has checked the shared parameters already, for the whole stack of clients that
+        produced them (:meth:`~fedhet.core.ExpectedUpload.stack_mismatch`); the rest of the upload is checked here.
+        """
         try:
             expected = self.expected(update.client_id)
         except KeyError:
             return ClientFailure(update.client_id, "invalid", "upload refused: the federation holds no such client")
         reason = expected.mismatch(
-            update.shared, update.statistics, update.metrics, update.num_samples, self.check_metric_names
+            update.shared,
+            update.statistics,
+            update.metrics,
+            update.num_samples,
+            self.check_metric_names,
+            shared_checked,
         )
         return None if reason is None else ClientFailure(update.client_id, "invalid", f"upload refused: {reason}")
 
@@ -71,9 +80,13 @@ class DeclaredUpload:
 class FiniteUpload:
     """Rejects an upload whose loss, shared parameters or statistics hold a NaN or an infinity."""
 
-    def reject(self, update: ClientUpdate, seconds: float) -> ClientFailure | None:
-        """A ``"non_finite"`` failure naming the tensors at fault, or ``None``."""
-        bad = non_finite(update.shared, update.statistics)
+    def reject(self, update: ClientUpdate, seconds: float, shared_checked: bool = False) -> ClientFailure | None:
+        """A ``"non_finite"`` failure naming the tensors at fault, or ``None``.
+
+        ``shared_checked``: the engine has found the shared parameters finite already, for the whole stack of clients
+        that produced them (one reduction per stacked tensor); the statistics and the loss are checked here.
+        """
+        bad = non_finite(update.statistics) if shared_checked else non_finite(update.shared, update.statistics)
         if bad or not math.isfinite(update.metrics["loss"]):
             return ClientFailure(update.client_id, "non_finite", f"non-finite upload in {bad or ['loss']}")
         return None
