@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from fedhet.cli import FederatedCLI, main, usage
-from fedhet.cli._lightning import SUBCOMMANDS
+from fedhet.cli import FederatedCLI, _lightning, main, usage
+from fedhet.cli._lightning import SUBCOMMANDS, ParserPrebuilt
 from fedhet.cli_text import COMMANDS
 
 ROOT = Path(__file__).parents[1]
@@ -94,3 +94,28 @@ def test_a_command_builds_the_parser_of_its_own_subcommand_only(monkeypatch, cap
     assert ended.value.code == 2
     assert len(built) == len(SUBCOMMANDS)
     assert "fit" in capsys.readouterr().err
+
+
+def test_a_prebuilt_parser_is_taken_once_by_the_next_command_built_alike(monkeypatch, capsys):
+    """A suite's fork server builds its runs' parsers ahead; a command takes one, unused, and parses as it would."""
+    monkeypatch.setattr(_lightning, "_PREBUILT", {})
+    built = []
+    add = FederatedCLI.add_core_arguments_to_parser
+    monkeypatch.setattr(
+        FederatedCLI, "add_core_arguments_to_parser", lambda cli, parser: built.append(1) or add(cli, parser)
+    )
+    with pytest.raises(ParserPrebuilt):
+        FederatedCLI(args=["fit"], prebuild=True)
+    with pytest.raises(ParserPrebuilt):
+        FederatedCLI(args=["test"], prebuild=True, full_errors=True)  # not what `fedhet fit` builds
+    assert len(built) == 2
+    command = ["fit", "-c", str(ROOT / "configs" / "fedavg" / "digits.yaml"), "--trainer.rounds=3", "--print_config"]
+    printed = []
+    for _ in range(2):  # the first takes the fit parser built ahead, the second builds its own
+        with pytest.raises(SystemExit):
+            main(command)
+        printed.append(capsys.readouterr().out)
+    assert len(built) == 3
+    assert printed[0] == printed[1]
+    assert "rounds: 3" in printed[0]
+    assert len(_lightning._PREBUILT) == 1  # the test parser: no fit took it

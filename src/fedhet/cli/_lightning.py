@@ -111,6 +111,16 @@ class _TopLevelHyperparameters(_InstantiatorFn):
         return super().__call__(class_type, *args, applied_instantiation_links=applied_instantiation_links, **kwargs)
 
 
+#: Parsers built ahead of their command (:meth:`FederatedCLI.setup_parser` with ``prebuild=True``: a suite's fork
+#: server), by the construction they serve; a command takes its one and no later command sees it again.
+_PREBUILT: dict[str, dict[str, Any]] = {}
+_PARSER_ATTRIBUTES = ("parser", "_subcommand_parsers", "_subcommand_method_arguments")
+
+
+class ParserPrebuilt(Exception):  # noqa: N818 - a signal that ends a construction, not an error
+    """Ends a ``FederatedCLI(..., prebuild=True)`` once its parser is built and kept for the next such command."""
+
+
 class FederatedCLI(LightningCLI):
     """A LightningCLI whose ``trainer`` is a :class:`~fedhet.plugins.FederatedTrainer`.
 
@@ -120,18 +130,22 @@ class FederatedCLI(LightningCLI):
     are refused before any data is read. The resolved config is saved beside the run's logs.
     """
 
-    def __init__(self, full_errors: bool = False, **kwargs: Any) -> None:
+    def __init__(self, full_errors: bool = False, prebuild: bool = False, **kwargs: Any) -> None:
         """Build the parser, parse ``args`` (or the command line) and run the subcommand, as ``LightningCLI`` does.
 
         Args:
             full_errors: whether a usage error is reported in full, as jsonargparse reports it (``--debug``), rather
                 than in one line (:class:`FederatedArgumentParser`).
+            prebuild: build the parser only, keep it for the next command built alike (same subcommand, options and
+                classes), and raise :class:`ParserPrebuilt`: a suite's fork server builds its runs' parsers once,
+                so that each forked run parses with a fresh parser it did not build (:meth:`setup_parser`).
             **kwargs: as for ``LightningCLI``; ``model_class`` and ``datamodule_class`` default to
                 :class:`~fedhet.modules.FederatedModule` and :class:`~fedhet.datamodules.FederatedDataModule`, in
                 subclass mode. ``load_from_checkpoint`` support is always on (see :meth:`instantiate_classes`).
 
         """
         self.full_errors = full_errors
+        self._prebuild = prebuild
         given = kwargs.get("args")
         words = sys.argv[1:] if given is None else given
         first = words[0] if isinstance(words, (list, tuple)) and words else None
@@ -150,6 +164,29 @@ class FederatedCLI(LightningCLI):
             load_from_checkpoint_support=False,  # instantiate_classes gives the instantiators to jsonargparse itself
             **kwargs,
         )
+
+    def setup_parser(
+        self, add_subcommands: bool, main_kwargs: dict[str, Any], subparser_kwargs: dict[str, Any]
+    ) -> None:
+        """Lightning's parser setup, or the parser a ``prebuild`` construction alike kept (taken once: never reused).
+
+        Nothing a parse reads differs between the two: the parser depends only on what the key holds (the
+        subcommand, the parser options, the trainer's defaults but callbacks, the classes) and is not parsed with
+        before it is taken.
+        """
+        defaults = {key: value for key, value in self.trainer_defaults.items() if key != "callbacks"}
+        classes = (self._model_class, self._datamodule_class, self.subclass_mode_model, self.subclass_mode_data)
+        key = repr((type(self), self._command, self.full_errors, add_subcommands, main_kwargs, subparser_kwargs))
+        key += repr((defaults, classes, self.parser_class, self.auto_configure_optimizers))
+        built = _PREBUILT.pop(key, None)
+        if built is None:
+            super().setup_parser(add_subcommands, main_kwargs, subparser_kwargs)
+        else:
+            for name, value in built.items():
+                setattr(self, name, value)
+        if self._prebuild:
+            _PREBUILT[key] = {name: getattr(self, name) for name in _PARSER_ATTRIBUTES if hasattr(self, name)}
+            raise ParserPrebuilt
 
     def init_parser(self, **kwargs: Any) -> LightningArgumentParser:
         """Lightning's parser named ``fedhet``, with argparse's prefix matching off: ``--trainer.round 2`` is an error.
