@@ -56,6 +56,13 @@ MEASURED: dict[str, tuple[str, ...]] = {
     "stacked_methods": ("src/fedhet", "benchmarks/_fedpac_recipes.py"),  # --fedpac-scale: those recipes
     "fedpac_qp": ("src/fedhet", "benchmarks/_fedpac_recipes.py"),
     "heap_retention": ("src/fedhet", "benchmarks/engine_overhead.py"),  # its workloads
+    "privacy_clip_norms": (
+        "src/fedhet",
+        "configs/fedavg/digits.yaml",
+        "configs/fedrep/digits.yaml",
+        "benchmarks/suites/privacy_digits.yaml",
+        "benchmarks/suites/privacy_digits_50.yaml",
+    ),
 }
 """Library paths a script's results depend on, where narrower than ``src/fedhet`` (scripts not listed: all of it)."""
 DEFAULT_MEASURED = ("src/fedhet",)
