@@ -10,9 +10,8 @@ decimal of a block must appear in one of its sources, as written there or as a p
 **Marking a paper's figure**: write ``(paper)`` right after it, or after a group of figures joined by ``/``, e.g.
 ``against its 91.83 / 90.47 / 88.25 / 85.68 (paper)``: such figures are the paper's and need no file here.
 
-Figures with no source in the tree today are listed in :data:`KNOWN_ORPHANS`, each to be regenerated from a suite or
-script in the tree (issue 39, item 8) or removed. The list must shrink, never grow: a listed figure that has found
-a source, or left the text, fails the test until it is struck off.
+There is no list of exceptions: the figures of first runs whose tables were overwritten, of retired scripts and wall
+times that no table records were removed from the text (issue 39, item 8), and a figure with no source fails the test.
 """
 
 from __future__ import annotations
@@ -38,98 +37,6 @@ PAPER = re.compile(r"((?:\d+\.\d+\s*/\s*)*\d+\.\d+)\s*\(paper\)")
 CITED = re.compile(r"`([^`\s]+)`")
 NUMBER = re.compile(r"\d+\.\d+(?:[eE][-+]?\d+)?|\d+(?:[eE][-+]?\d+)?")
 SOURCE_SUFFIXES = (".md", ".csv", ".jsonl", ".yaml", ".json")
-
-# Figures without a source in the tree, as (file, section, figure, occurrences). Each is TO BE REGENERATED from a suite
-# or script in the tree, or removed, when the tables are regenerated at the final commit (issue 39, item 8): first
-# runs of a suite whose table was since overwritten, retired scripts' figures, wall times that no table records.
-KNOWN_ORPHANS: list[tuple[str, str, str, int]] = [
-    # csv_heart_sites' wall minutes (17.5): no table records wall time yet (wall_s/run now does).
-    ("benchmarks/README.md", "Accuracy against the papers", "17.5", 1),
-    # vowel: the first runs (0.939, 0.933..0.613 at 642d307; FedPAC 0.677 with rates 0.0015 / 1.56), a wall time
-    # (1.6 min) and the retired realdata_vowel.py's figures (94.5 / 85.9 / 76.4 / 43.4 / 38.8, 99.0 / 96.5 / 60.2, 1.3);
-    # satellite: the first runs (FLIC-HL 0.896 at 2d86da3; HyFEM lr 0.012: 0.516 ± 0.066 vs 0.449), the tuning seed's
-    # validation values (0.493, at 0.0015) and the retired script's seed (43.5 vs 44.5).
-    ("benchmarks/README.md", "Real data we did not tune on", "0.0015", 1),
-    ("benchmarks/README.md", "Real data we did not tune on", "0.066", 1),
-    ("benchmarks/README.md", "Real data we did not tune on", "0.449", 1),
-    ("benchmarks/README.md", "Real data we did not tune on", "0.493", 1),
-    ("benchmarks/README.md", "Real data we did not tune on", "0.516", 1),
-    ("benchmarks/README.md", "Real data we did not tune on", "0.613", 1),
-    ("benchmarks/README.md", "Real data we did not tune on", "0.616", 1),
-    ("benchmarks/README.md", "Real data we did not tune on", "0.677", 1),
-    ("benchmarks/README.md", "Real data we did not tune on", "0.831", 1),
-    ("benchmarks/README.md", "Real data we did not tune on", "0.896", 1),
-    ("benchmarks/README.md", "Real data we did not tune on", "0.939", 1),
-    ("benchmarks/README.md", "Real data we did not tune on", "1.3", 1),
-    ("benchmarks/README.md", "Real data we did not tune on", "1.56", 1),
-    ("benchmarks/README.md", "Real data we did not tune on", "1.6", 1),
-    ("benchmarks/README.md", "Real data we did not tune on", "38.8", 1),
-    ("benchmarks/README.md", "Real data we did not tune on", "43.4", 1),
-    ("benchmarks/README.md", "Real data we did not tune on", "43.5", 1),
-    ("benchmarks/README.md", "Real data we did not tune on", "44.5", 1),
-    ("benchmarks/README.md", "Real data we did not tune on", "60.2", 1),
-    ("benchmarks/README.md", "Real data we did not tune on", "76.4", 1),
-    ("benchmarks/README.md", "Real data we did not tune on", "85.9", 1),
-    ("benchmarks/README.md", "Real data we did not tune on", "94.5", 1),
-    ("benchmarks/README.md", "Real data we did not tune on", "96.5", 1),
-    ("benchmarks/README.md", "Real data we did not tune on", "99.0", 1),
-    # first runs whose tables were overwritten (flic_digits 0.921 / 0.918 / 0.910, p 0.12; flic_linear_100 0.537;
-    # hyfem_digits 0.870 / 0.585; satellite_hyfem 0.516 / 0.449, p 0.05; fedpac_fashion_mnist 0.876 / 0.875;
-    # feddadil_digits 0.549 / 0.528 / 0.431 / 0.426; baselines_digits 0.956 / 0.942 / 0.894), FedDaDiL's averages over
-    # targets (0.551 / 0.517: no table averages them), wall minutes (5.6, 9.7, 4.7), and retired scripts' figures
-    # (FLIC 95.4 / 84.3 / 72.4 and 52.8 / 52.6, HyFEM 82.1 / 77.2, FedPAC 87.8, FedDaDiL 56.4 / 54.5 / 52.3, baselines
-    # 0.945 / 0.939).
-    ("benchmarks/README.md", "Results by method", "0.05", 1),
-    ("benchmarks/README.md", "Results by method", "0.12", 1),
-    ("benchmarks/README.md", "Results by method", "0.426", 1),
-    ("benchmarks/README.md", "Results by method", "0.431", 1),
-    ("benchmarks/README.md", "Results by method", "0.449", 1),
-    ("benchmarks/README.md", "Results by method", "0.516", 1),
-    ("benchmarks/README.md", "Results by method", "0.517", 1),
-    ("benchmarks/README.md", "Results by method", "0.528", 1),
-    ("benchmarks/README.md", "Results by method", "0.537", 1),
-    ("benchmarks/README.md", "Results by method", "0.549", 1),
-    ("benchmarks/README.md", "Results by method", "0.551", 1),
-    ("benchmarks/README.md", "Results by method", "0.585", 1),
-    ("benchmarks/README.md", "Results by method", "0.870", 1),
-    ("benchmarks/README.md", "Results by method", "0.875", 1),
-    ("benchmarks/README.md", "Results by method", "0.876", 1),
-    ("benchmarks/README.md", "Results by method", "0.894", 1),
-    ("benchmarks/README.md", "Results by method", "0.910", 1),
-    ("benchmarks/README.md", "Results by method", "0.918", 1),
-    ("benchmarks/README.md", "Results by method", "0.921", 1),
-    ("benchmarks/README.md", "Results by method", "0.939", 1),
-    ("benchmarks/README.md", "Results by method", "0.942", 1),
-    ("benchmarks/README.md", "Results by method", "0.945", 1),
-    ("benchmarks/README.md", "Results by method", "0.956", 1),
-    ("benchmarks/README.md", "Results by method", "4.7", 1),
-    ("benchmarks/README.md", "Results by method", "5.6", 1),
-    ("benchmarks/README.md", "Results by method", "52.3", 1),
-    ("benchmarks/README.md", "Results by method", "52.6", 1),
-    ("benchmarks/README.md", "Results by method", "52.8", 1),
-    ("benchmarks/README.md", "Results by method", "54.5", 1),
-    ("benchmarks/README.md", "Results by method", "56.4", 1),
-    ("benchmarks/README.md", "Results by method", "72.4", 1),
-    ("benchmarks/README.md", "Results by method", "77.2", 1),
-    ("benchmarks/README.md", "Results by method", "82.1", 1),
-    ("benchmarks/README.md", "Results by method", "84.3", 1),
-    ("benchmarks/README.md", "Results by method", "87.8", 1),
-    ("benchmarks/README.md", "Results by method", "9.7", 1),
-    ("benchmarks/README.md", "Results by method", "95.4", 1),
-    # the retired DP script's table (0.653 against 0.645).
-    ("docs/privacy.md", "Cost", "0.645", 1),
-    ("docs/privacy.md", "Cost", "0.653", 1),
-    # robust aggregation's accuracies (0.913 / 0.875 / 0.858 at 617dfaf; the poisoning test's 0.84 / 0.39 / 0.86 /
-    # 0.88, norms 2.5): from a run and a test, no committed table or script output.
-    ("docs/privacy.md", "Robust aggregation (poisoned uploads)", "0.39", 1),
-    ("docs/privacy.md", "Robust aggregation (poisoned uploads)", "0.84", 2),
-    ("docs/privacy.md", "Robust aggregation (poisoned uploads)", "0.858", 1),
-    ("docs/privacy.md", "Robust aggregation (poisoned uploads)", "0.86", 2),
-    ("docs/privacy.md", "Robust aggregation (poisoned uploads)", "0.875", 1),
-    ("docs/privacy.md", "Robust aggregation (poisoned uploads)", "0.88", 1),
-    ("docs/privacy.md", "Robust aggregation (poisoned uploads)", "0.913", 1),
-    ("docs/privacy.md", "Robust aggregation (poisoned uploads)", "2.5", 1),
-]
 
 
 def section(text: str, heading: str) -> str:
@@ -218,11 +125,7 @@ def orphans() -> tuple[Counter[tuple[str, str, str]], int, int]:
 
 def test_every_accuracy_figure_has_a_committed_source_or_is_marked_as_a_papers() -> None:
     missing, checked, _ = orphans()
-    known = {(name, heading, figure): count for name, heading, figure, count in KNOWN_ORPHANS}
-    new = {key: n for key, n in missing.items() if n > known.get(key, 0)}
-    assert not new, f"figures with no committed source (cite the table, or mark a paper's figure '(paper)'): {new}"
-    struck = {key: n for key, n in known.items() if missing.get(key, 0) < n}
-    assert not struck, f"known orphans that found a source or left the text: strike them off KNOWN_ORPHANS: {struck}"
+    assert not missing, f"figures with no source (cite the table, or mark a paper's figure '(paper)'): {dict(missing)}"
     assert checked > 300  # the sections are found and read
 
 
