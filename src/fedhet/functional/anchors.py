@@ -7,18 +7,20 @@ samples of the anchor. The terms take the classes to evaluate (:func:`evaluated_
 them: one client's batch of real rows evaluates its own classes only (the sorted ``unique`` labels, so absent classes
 cost nothing); a stack of clients under ``torch.func.vmap``, whose batches hold different classes and sizes and
 are zero-padded, evaluates all :math:`C` classes and masks the absent ones, so that every shape is known before the
-data. The same functions compute both.
+data. The same functions compute both. Also here: the anchors' seeded start (:func:`initial_anchors`) and how far a
+client's update moves them (:func:`anchor_move`).
 """
 
 from __future__ import annotations
 
+import math
 from typing import cast
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from fedhet.functional.gaussian import gaussian_w2_sq
+from fedhet.functional.gaussian import class_moments, gaussian_w2_sq
 
 
 def gaussian_samples(means: Tensor, factors: Tensor | None, noise: Tensor, scale: float = 1.0) -> Tensor:
@@ -181,3 +183,57 @@ def present_classes(labels: Tensor, num_classes: int, mask: Tensor | None = None
     if mask is not None:
         hits = hits & mask.unsqueeze(-1)
     return hits.any(0)
+
+
+def initial_anchors(
+    num_classes: int, dim: int, std: float, variance: float, seed: int, factors: bool = False
+) -> tuple[Tensor, Tensor | None]:
+    r"""The anchors' start, the same on every client: means :math:`v_c \sim \mathcal{N}(0, \text{std}^2 I)`.
+
+    Args:
+        num_classes: :math:`C`.
+        dim: :math:`k`, the latent dimension.
+        std: the standard deviation of the means' coordinates.
+        variance: the anchors' covariance is ``variance`` times the identity.
+        seed: the seed of the means' draw (a generator of its own; the global one is untouched).
+        factors: also return the Cholesky factors :math:`\sqrt{\text{variance}} I` (learned covariances).
+
+    Returns:
+        the means ``(C, k)`` and the factors ``(C, k, k)``, or ``None`` without ``factors``.
+
+    Example:
+        >>> means, factors = initial_anchors(3, 2, std=10.0, variance=4.0, seed=0, factors=True)
+        >>> means.shape, factors[0].tolist()
+        (torch.Size([3, 2]), [[2.0, 0.0], [0.0, 2.0]])
+
+    """
+    generator = torch.Generator().manual_seed(seed)
+    means = std * torch.randn(num_classes, dim, generator=generator)
+    if not factors:
+        return means, None
+    return means, (math.sqrt(variance) * torch.eye(dim).expand(num_classes, -1, -1)).clone()
+
+
+def anchor_move(start: Tensor, end: Tensor, z: Tensor, y: Tensor) -> float:
+    r"""How far an update moved anchor means, relative to their distance to the embedded class means.
+
+    :math:`\frac{1}{|P|} \sum_{c \in P} \|v'_c - v_c\| / \|v_c - \hat m_c\|` over the classes :math:`P` present in
+    ``y``, with :math:`\hat m_c` the mean of the embeddings of class :math:`c` (the denominator floored at the dtype's
+    smallest positive number).
+
+    Args:
+        start: the means before the update :math:`v`, shape ``(C, k)``.
+        end: the means after it :math:`v'`, shape ``(C, k)``.
+        z: the client's embeddings, shape ``(N, k)``.
+        y: their labels, shape ``(N,)``.
+
+    Example:
+        >>> anchor_move(torch.zeros(2, 1), torch.ones(2, 1), torch.tensor([[4.0]]), torch.tensor([1]))
+        0.25
+
+    """
+    counts, class_means, _ = class_moments(z, y, len(start))
+    held = counts > 0
+    before = start[held]
+    distance = (before - class_means[held]).norm(dim=-1).clamp_min(torch.finfo(before.dtype).tiny)
+    return float(((end[held] - before).norm(dim=-1) / distance).mean())

@@ -6,40 +6,63 @@ Spaces", TMLR 2024. Each client maps its own inputs into a common latent space w
 :math:`\mu_c = \mathcal{N}(v_c, \Sigma_c)` by a closed-form :math:`W_2^2` term; a FedRep-style model classifies the
 latent vectors. The server averages the clients' anchors (:class:`~fedhet.callbacks.AnchorUpdate`). Also here: the
 paper's baselines on the same networks, :class:`HetFedRep` (no alignment) and :class:`HetLocal` (nothing shared).
+
+:class:`FLIC` composes parts with one job each: the anchor terms of the loss (:mod:`~fedhet.modules.flic_terms`), the
+terms of each phase's steps and their draws for the stacked path (:mod:`~fedhet.modules.flic_steps`), the two anchor
+update rules (:mod:`~fedhet.modules.flic_anchor_rules`), the preparation of the embedding
+(:mod:`~fedhet.modules.flic_pretraining`), the local schedule (:mod:`~fedhet.modules.flic_schedule`), the networks
+(:mod:`~fedhet.modules.flic_nets`), the optimizers (:mod:`~fedhet.modules.flic_optimizers`), the upload
+(:mod:`~fedhet.modules.flic_uploads`) and the constructor's checks (:mod:`~fedhet.modules.flic_options`); the anchors'
+start and their move are maths in :mod:`fedhet.functional.anchors`.
+
+Local schedule (:class:`~fedhet.modules.flic_schedule.FLICSchedule`): at its first participation a client pre-trains
+:math:`\phi_i` for ``pretrain_epochs`` on the alignment term alone (the paper pre-trains every client before round 0;
+at first participation is the same for a client that had no earlier round, as a new client does in S1.4); then, each
+round, the trainer's local epochs train :math:`(\phi_i, \beta_i)` and, for FLIC-HL, ``rep_epochs`` epochs train
+:math:`\alpha` alone. The client's anchor update follows the reference code (``anchor_update="code"``, a per-batch Adam
+step on a local copy) or the paper (``"paper"``, one step after training).
+
+Under the engine, pre-training and re-alignment are preparation phases stepping their own Adam (optimizer 1), reported
+as ``train/pretrain_loss``, and the anchor copy is optimizer 2, stepped by every local phase; under a plain
+``lightning.Trainer`` the module runs both in its own hooks, with the same maths. Clients train in stacks too
+(``StackedRunner``): one loss, :meth:`FLIC.loss_terms`, over a presence mask of all :math:`C` classes, its draws made
+with the batch (:meth:`FLIC.step_draws`), the numbers ``training_step`` draws.
+
+Uploads: the shared parameters (``body.hidden.*`` for FLIC-HL, nothing for FLIC-Class) and the statistics
+``flic/anchor_means`` :math:`(C, k)` (``flic/anchor_factors`` :math:`(C, k, k)` with learned covariances,
+``flic/anchor_counts`` :math:`(C,)` with ``anchor_holders_only``). Receives ``flic/global_anchor_means`` (and factors).
+:math:`\phi_i` and :math:`\beta_i` never leave the client.
+
+The reference code's switches are off by default: ``anchor_variance`` ``e``, ``anchor_stats="sampled"``,
+``realign_epochs`` (every later participation; the code re-aligns every client after every aggregation),
+``rep_start_round``, ``final_local_epochs``, ``weight_decay=1e-3`` and the 9 + 1 epoch split (``trainer.local_epochs:
+9``); its digits CNN has no activation before the latent space (``cnn_fc_activation``).
 """
 
 from __future__ import annotations
 
-import math
-from collections import OrderedDict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal, NamedTuple, cast
 
 import torch
 import torch.nn.functional as F
 from lightning.pytorch import Callback
 from torch import Tensor, nn
-from torch.func import functional_call
 
-from fedhet.callbacks.flic import (
-    ANCHOR_COUNTS,
-    ANCHOR_FACTORS,
-    ANCHOR_MEANS,
-    GLOBAL_FACTORS,
-    GLOBAL_MEANS,
-    AnchorUpdate,
-    flic_upload,
-)
+from fedhet.callbacks.flic import GLOBAL_FACTORS, GLOBAL_MEANS, AnchorUpdate, flic_upload
 from fedhet.core import ClientSpec, LocalPhase, Stacking, UploadDeclaration
-from fedhet.functional.gaussian import class_moments
+from fedhet.functional.anchors import anchor_move, initial_anchors
 from fedhet.functional.stacking import masked_mean
 from fedhet.modules.classifier import FederatedClassifier
 from fedhet.modules.flic_anchor_rules import AnchorCopy, CodeAnchorRule, PaperAnchorRule
-from fedhet.modules.flic_nets import Activation, cnn_embedding, mlp_embedding
+from fedhet.modules.flic_nets import Activation, flic_body, frozen_chain
+from fedhet.modules.flic_optimizers import engine_optimizers, model_adam
+from fedhet.modules.flic_options import check_flic_options
 from fedhet.modules.flic_pretraining import ALIGNMENT_PHASES, AlignmentRecord, pretrain_embedding
 from fedhet.modules.flic_schedule import REPRESENTATION, FLICSchedule
+from fedhet.modules.flic_steps import CLIENT_ATTRIBUTES, StepTerms
 from fedhet.modules.flic_terms import AnchorTerms
-from fedhet.modules.options import check_options
+from fedhet.modules.flic_uploads import anchor_upload
 from fedhet.plugins.clients.local_loop import phase_loader
 
 
@@ -65,30 +88,9 @@ class FLIC(FederatedClassifier):
         \quad Z_c^j = v_c + L_c \xi_j
 
     over the classes :math:`P(B)` of the batch, with the batch moments of the embedded class (not detached) and the
-    anchors held fixed (:class:`~fedhet.modules.flic_terms.AnchorTerms`). Local schedule
-    (:class:`~fedhet.modules.flic_schedule.FLICSchedule`): at its first participation a client pre-trains
-    :math:`\phi_i` for ``pretrain_epochs`` on the alignment term alone (the paper pre-trains every client before round
-    0; at first participation is the same for a client that had no earlier round, as a new client does in S1.4); then,
-    each round, the trainer's local epochs train :math:`(\phi_i, \beta_i)` and, for FLIC-HL, ``rep_epochs`` epochs
-    train :math:`\alpha` alone. The client's anchor update follows the reference code (``anchor_update="code"``, a
-    per-batch Adam step on a local copy) or the paper (``"paper"``, one step after training), both in
-    :mod:`~fedhet.modules.flic_anchor_rules`; :attr:`anchor_move` reports how far it moved the anchors.
-
-    Under the engine, pre-training and re-alignment are :meth:`preparation_phases` stepping their own Adam (optimizer
-    1), reported as ``train/pretrain_loss``, and the anchor copy is optimizer 2, stepped by every local phase; under a
-    plain ``lightning.Trainer`` the module runs both in its own hooks, with the same maths. Clients train in stacks
-    too (``StackedRunner``): one loss, :meth:`loss_terms`, over a presence mask of all :math:`C` classes, its draws
-    made with the batch (:meth:`step_draws`), the numbers ``training_step`` draws.
-
-    Uploads: the shared parameters (``body.hidden.*`` for FLIC-HL, nothing for FLIC-Class) and the statistics
-    ``flic/anchor_means`` :math:`(C, k)` (``flic/anchor_factors`` :math:`(C, k, k)` with learned covariances,
-    ``flic/anchor_counts`` :math:`(C,)` with ``anchor_holders_only``). Receives ``flic/global_anchor_means`` (and
-    factors). :math:`\phi_i` and :math:`\beta_i` never leave the client.
-
-    The reference code's switches are off by default: ``anchor_variance`` ``e``, ``anchor_stats="sampled"``,
-    ``realign_epochs`` (every later participation; the code re-aligns every client after every aggregation),
-    ``rep_start_round``, ``final_local_epochs``, ``weight_decay=1e-3`` and the 9 + 1 epoch split
-    (``trainer.local_epochs: 9``); its digits CNN has no activation before the latent space (``cnn_fc_activation``).
+    anchors held fixed (:class:`~fedhet.modules.flic_terms.AnchorTerms`). The local schedule, the two anchor updates,
+    the engine's phases, the stacked path and the uploads are described in the module's docstring;
+    :attr:`anchor_move` reports how far the client's anchor update moved the anchors.
 
     Args:
         variant: ``"class"`` (FLIC-Class: only the anchors are shared) or ``"hl"`` (FLIC-HL: and a shared hidden
@@ -172,37 +174,7 @@ class FLIC(FederatedClassifier):
         super().__init__(
             hidden_dims=embedding_hidden_dims, dropout=embedding_dropout, optimizer="adam", lr=lr, weight_decay=0.0
         )
-        check_options(
-            type(self).__name__,
-            choices={
-                "variant": (variant, ("class", "hl")),
-                "network": (network, ("auto", "mlp", "cnn")),
-                "embedding_activation": (embedding_activation, ("relu", "leaky_relu")),
-                "anchor_stats": (anchor_stats, ("closed_form", "sampled")),
-                "anchor_update": (anchor_update, ("paper", "code")),
-                "anchor_weighting": (anchor_weighting, ("uniform", "samples")),
-                "covariance_aggregation": (covariance_aggregation, ("bures", "cholesky_mean")),
-            },
-            non_negative={
-                "lambda_align": lambda_align,
-                "lambda_anchor": lambda_anchor,
-                "pretrain_epochs": pretrain_epochs,
-                "realign_epochs": realign_epochs,
-                "rep_epochs": rep_epochs,
-                "rep_start_round": rep_start_round,
-                "weight_decay": weight_decay,
-            },
-            positive={
-                "latent_dim": latent_dim,
-                "hidden_width": hidden_width,
-                "anchor_variance": anchor_variance,
-                "anchor_lr": anchor_lr,
-                "pretrain_lr": pretrain_lr,
-                "anchor_samples": anchor_samples,
-                "pretrain_batch_size": pretrain_batch_size,
-                "final_local_epochs": final_local_epochs,
-            },
-        )
+        check_flic_options(type(self).__name__, locals())
         self.variant = variant
         self.shared = REPRESENTATION if variant == "hl" else ()
         self.latent_dim = latent_dim
@@ -250,6 +222,8 @@ class FLIC(FederatedClassifier):
         """The anchor terms of the loss (:class:`~fedhet.modules.flic_terms.AnchorTerms`)."""
         self.code_rule = CodeAnchorRule(self.terms, anchor_lr)
         self.paper_rule = PaperAnchorRule(self.terms, anchor_lr, lambda_align, lambda_anchor)
+        self.steps = StepTerms(self.terms, lambda_align, lambda_anchor)
+        """The terms of each phase's steps and their draws (:class:`~fedhet.modules.flic_steps.StepTerms`)."""
         self.schedule = FLICSchedule(
             variant == "hl",
             rep_epochs,
@@ -269,24 +243,10 @@ class FLIC(FederatedClassifier):
     # ---------------------------------------------------------------- layers
     def build_body(self, spec: ClientSpec) -> tuple[nn.Module, int]:
         r"""``embed`` (:math:`\phi_i` for this client's input shape) then ``hidden`` (:math:`\alpha`, FLIC-HL only)."""
-        shape = tuple(spec.input_shape)
-        if self.network == "cnn" and len(shape) != 3:
-            raise ValueError(
-                f"{type(self).__name__}: client '{spec.client_id}' has input shape {shape}; network='cnn' needs"
-                " (C, H, W) images"
-            )
-        if self.network != "mlp" and len(shape) == 3:
-            embed = cnn_embedding(shape, self.latent_dim, self.cnn_fc_activation, self.cnn_dropout)
-        else:
-            embed = mlp_embedding(
-                spec.input_dim, self.latent_dim, self.hidden_dims, self.embedding_activation, self.dropout
-            )
-        if self.variant == "hl":
-            hidden: nn.Module = nn.Sequential(nn.Linear(self.latent_dim, self.hidden_width), nn.LeakyReLU())
-            width = self.hidden_width
-        else:
-            hidden, width = nn.Identity(), self.latent_dim
-        return nn.Sequential(OrderedDict(embed=embed, hidden=hidden)), width
+        mlp_options = (self.hidden_dims, self.embedding_activation, self.dropout)
+        width = self.hidden_width if self.variant == "hl" else None
+        cnn_options = (self.cnn_fc_activation, self.cnn_dropout)
+        return flic_body(type(self).__name__, spec, self.network, self.latent_dim, width, mlp_options, cnn_options)
 
     def configure_model(self) -> None:
         """Build the network, the anchors (the same on every client, from ``anchor_seed``) and the pre-training flag.
@@ -296,13 +256,13 @@ class FLIC(FederatedClassifier):
         if hasattr(self, "head"):
             return
         super().configure_model()
-        num_classes = self.spec.num_classes
-        generator = torch.Generator().manual_seed(self.anchor_seed)
-        means = self.anchor_std * torch.randn(num_classes, self.latent_dim, generator=generator)
+        means, factors = initial_anchors(
+            self.spec.num_classes, self.latent_dim, self.anchor_std, self.anchor_variance, self.anchor_seed,
+            factors=self.learn_covariance,
+        )  # fmt: skip
         self.register_buffer("anchor_means", means, persistent=False)
-        if self.learn_covariance:
-            factors = math.sqrt(self.anchor_variance) * torch.eye(self.latent_dim).expand(num_classes, -1, -1)
-            self.register_buffer("anchor_factors", factors.clone(), persistent=False)
+        if factors is not None:
+            self.register_buffer("anchor_factors", factors, persistent=False)
         self.register_buffer("pretrained", torch.zeros((), dtype=torch.bool))
 
     @property
@@ -344,27 +304,12 @@ class FLIC(FederatedClassifier):
         return self.terms.alignment(z, y, means, factors, mask, noise)
 
     def step_draws(self, batch: Sequence[Tensor], phase: str | None) -> tuple[Tensor, ...]:
-        r"""The batch ``(x, y)`` with the draws of its step: ``(x, y, noise, align_noise, objective_noise)``.
+        """The batch ``(x, y)`` with its step's draws: ``(x, y, noise, align_noise, objective_noise)``.
 
-        In the order ``training_step`` draws them: with ``anchor_stats="sampled"``, the anchor samples' draws of the
-        alignment term (``(B, k)``, when the step has that term), then the anchor noise ``(J, C, k)``
-        (:meth:`AnchorTerms.noise <fedhet.modules.flic_terms.AnchorTerms.noise>`, with the
-        :math:`\lambda_2` term), then the anchor samples' draws of the anchor copy's objective (``(B, k)``, when the
-        engine steps the copy). A term's draws are empty (nothing drawn) where the step has no such term or draws
-        nothing for it (closed-form statistics), and all are in a preparation phase. The stacked path draws them as it
-        draws each batch; ``training_step`` draws the same numbers from the global generator after the embedding's
-        forward pass, where the stacked path refuses embeddings that draw random numbers (dropout), so both take the
-        same numbers.
+        :meth:`StepTerms.draws <fedhet.modules.flic_steps.StepTerms.draws>` for this client and its anchor copy.
         """
-        x, y = batch[0], batch[1]
-        steps = phase not in ALIGNMENT_PHASES
-        align, classification = steps and self._aligns(phase), steps and bool(self.lambda_anchor)
-        objective = steps and self._engine_copy is not None
-        noise, align_noise, objective_noise = self.terms.draws(
-            y, self.spec.num_classes, self.anchor_means.dtype, align=align, classification=classification,
-            objective=objective,
-        )  # fmt: skip
-        return x, y, noise, align_noise, objective_noise
+        objective = self._engine_copy is not None
+        return self.steps.draws(batch, phase, self.spec.num_classes, self.anchor_means.dtype, objective)
 
     def masked_loss(self, batch: Sequence[Tensor], mask: Tensor) -> Tensor:
         """The loss of :meth:`loss_terms` on a batch completed by :meth:`step_draws`, over its rows where ``mask``."""
@@ -373,13 +318,11 @@ class FLIC(FederatedClassifier):
     def stacking(self) -> Stacking | None:
         """FLIC stacks with every option (the stacked path itself refuses layers that draw, e.g. dropout).
 
-        Its hooks run per client, keeping the attributes set before local training (the anchor copy, trained in
-        stacks by optimizer 2) and read after; its loss is :meth:`masked_loss`, each batch completed by
-        :meth:`step_draws`.
+        Its hooks run per client, keeping the attributes they set
+        (:data:`~fedhet.modules.flic_steps.CLIENT_ATTRIBUTES`); its loss is :meth:`masked_loss`, each batch completed
+        by :meth:`step_draws`.
         """
-        return Stacking(
-            client_attributes=("_upload", "_local_means", "_local_factors", "pretrain_history"), draws=self.step_draws
-        )
+        return Stacking(client_attributes=CLIENT_ATTRIBUTES, draws=self.step_draws)
 
     def loss_terms(self, batch: Sequence[Tensor], mask: Tensor | None = None) -> _Terms:
         r"""The step's loss, the one entry of both paths: on the batch, or on its real rows ``mask`` (a stack's).
@@ -404,7 +347,7 @@ class FLIC(FederatedClassifier):
         else:
             loss = masked_mean(F.cross_entropy(logits, y, reduction="none"), mask)
         align: Tensor | None = None
-        if self._aligns(self._phase):
+        if self.steps.aligns(self._phase):
             align = self.alignment_loss(z, y, mask=mask, noise=align_noise)
             loss = loss + self.lambda_align * align
         if self.lambda_anchor:
@@ -475,32 +418,19 @@ class FLIC(FederatedClassifier):
 
         Under the engine (a :class:`~fedhet.core.LocalTraining` handed over) also the Adam of the preparation phases
         (optimizer 1, over :math:`\phi_i`) and, with ``anchor_update="code"``, the Adam of a fresh local copy of the
-        received anchors (optimizer 2); a plain Trainer gets the first alone.
+        received anchors (optimizer 2); a plain Trainer gets the first alone (:mod:`~fedhet.modules.flic_optimizers`).
         """
-        decayed = [p for name, p in self.named_parameters() if not name.startswith("body.embed.") and p.ndim > 1]
-        ids = {id(p) for p in decayed}
-        rest = [p for p in self.parameters() if id(p) not in ids]
-        groups = [{"params": rest, "weight_decay": 0.0}, {"params": decayed, "weight_decay": self.head_weight_decay}]
-        model = torch.optim.Adam(groups, lr=self.lr)
+        model = model_adam(self, self.lr, self.head_weight_decay)
         if self.local_training is None:
             return model
-        optimizers: list[torch.optim.Optimizer] = [
-            model,
-            torch.optim.Adam(self.embedding.parameters(), lr=self.pretrain_lr),
-        ]
-        if self.code_anchor_update:
-            optimizers.append(self._anchor_copy_optimizer())
-        return optimizers
-
-    def _aligns(self, phase: str | None) -> bool:
-        """Whether a local step of ``phase`` has the alignment term (every phase but FLIC-HL's representation one)."""
-        return bool(self.lambda_align) and phase != "representation"
+        anchor_copy = self._anchor_copy_optimizer if self.code_anchor_update else None
+        return engine_optimizers(model, self.embedding, self.pretrain_lr, anchor_copy)
 
     @property
     def _engine_copy(self) -> Tensor | None:
         """The anchor copy's means when the engine steps the copy (optimizer 2) in this local training, else ``None``.
 
-        Then the copy's objective joins the step's loss (:meth:`_terms`); without the engine the module steps the
+        Then the copy's objective joins the step's loss (:meth:`loss_terms`); without the engine the module steps the
         copy itself (``training_step``).
         """
         return self._local_means if self._anchor_optimizer is None else None
@@ -516,11 +446,10 @@ class FLIC(FederatedClassifier):
         self._local_means, self._local_factors = copy.means, copy.factors
         return copy.optimizer
 
-    def _frozen_classify(self, z: Tensor) -> Tensor:
-        """Class logits of latent vectors ``z`` with the classifier's weights held fixed (detached)."""
-        hidden = {name: p.detach() for name, p in self.hidden.named_parameters()}
-        head = {name: p.detach() for name, p in self.head.named_parameters()}
-        return cast(Tensor, functional_call(self.head, head, (functional_call(self.hidden, hidden, (z,)),)))
+    @property
+    def _frozen_classify(self) -> Callable[[Tensor], Tensor]:
+        """:meth:`classify` with the classifier's weights held fixed (detached)."""
+        return frozen_chain(self.hidden, self.head)
 
     def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
         r"""Cross-entropy, plus :math:`\lambda_1 W_2^2` (not in the representation phase) and :math:`\lambda_2` CE.
@@ -603,15 +532,8 @@ class FLIC(FederatedClassifier):
             self._local_means, self._local_factors, self._anchor_optimizer = None, None, None
         else:
             means, factors = self.paper_anchor_step(z, y)
-        counts, class_means, _ = class_moments(z, y, self.spec.num_classes)
-        held, start = counts > 0, self.anchor_means[counts > 0]
-        distance = (start - class_means[held]).norm(dim=-1).clamp_min(torch.finfo(start.dtype).tiny)
-        self.anchor_move = float(((means[held] - start).norm(dim=-1) / distance).mean())
-        self._upload[ANCHOR_MEANS] = means
-        if factors is not None:
-            self._upload[ANCHOR_FACTORS] = factors.detach().clone()
-        if self.anchor_holders_only:
-            self._upload[ANCHOR_COUNTS] = torch.bincount(y, minlength=self.spec.num_classes).float()
+        self.anchor_move = anchor_move(self.anchor_means, means, z, y)
+        self._upload = anchor_upload(means, factors, y, self.spec.num_classes, self.anchor_holders_only)
 
     def client_statistics(self) -> dict[str, Tensor]:
         """The client's anchors after local training (see the class docstring)."""

@@ -3,16 +3,19 @@ r"""FLIC's per-client embedding networks :math:`\phi_i`, built from the client's
 Rakotomamonjy et al., "Personalised Federated Learning On Heterogeneous Feature Spaces", TMLR 2024, appendix S3.3:
 vectors go through an MLP ``k_i -> 64 -> 64 -> 64`` (ReLU, no activation on the output; LeakyReLU and dropout 0.5
 for BCI), one-channel digit images through a two-convolution CNN with sigmoid activations and a linear layer to the
-latent space.
+latent space. :func:`flic_body` puts the embedding before FLIC-HL's shared layer :math:`\alpha`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Literal
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from typing import Literal, cast
 
-from torch import nn
+from torch import Tensor, nn
+from torch.func import functional_call
 
+from fedhet.core import ClientSpec
 from fedhet.modules.blocks import mlp
 
 Activation = Literal["relu", "leaky_relu"]
@@ -92,3 +95,59 @@ def cnn_embedding(
     if fc_activation:
         layers.append(nn.ReLU())
     return nn.Sequential(*layers)
+
+
+def flic_body(
+    owner: str,
+    spec: ClientSpec,
+    network: Literal["auto", "mlp", "cnn"],
+    latent_dim: int,
+    hidden_width: int | None,
+    mlp_options: tuple[Sequence[int], Activation, float],
+    cnn_options: tuple[bool, float],
+) -> tuple[nn.Sequential, int]:
+    r"""A client's body ``embed`` (:math:`\phi_i` for its input shape) then ``hidden`` (:math:`\alpha`), and its width.
+
+    Args:
+        owner: the module's name, for the message.
+        spec: the client (its input shape picks the embedding).
+        network: ``"auto"`` (:func:`cnn_embedding` for ``(C, H, W)`` images, else :func:`mlp_embedding`), ``"mlp"`` or
+            ``"cnn"``.
+        latent_dim: :math:`k`.
+        hidden_width: the width of FLIC-HL's shared layer ``Linear(k, hidden_width)`` + LeakyReLU; ``None`` for
+            FLIC-Class (an identity, width :math:`k`).
+        mlp_options: the MLP embedding's hidden widths, activation and dropout.
+        cnn_options: the CNN embedding's ``fc_activation`` and dropout.
+
+    Raises:
+        ValueError: ``network="cnn"`` for a client whose inputs are not ``(C, H, W)`` images.
+
+    """
+    shape = tuple(spec.input_shape)
+    if network == "cnn" and len(shape) != 3:
+        raise ValueError(
+            f"{owner}: client '{spec.client_id}' has input shape {shape}; network='cnn' needs (C, H, W) images"
+        )
+    if network != "mlp" and len(shape) == 3:
+        embed = cnn_embedding(shape, latent_dim, *cnn_options)
+    else:
+        embed = mlp_embedding(spec.input_dim, latent_dim, *mlp_options)
+    hidden: nn.Module = nn.Identity()
+    if hidden_width is not None:
+        hidden = nn.Sequential(nn.Linear(latent_dim, hidden_width), nn.LeakyReLU())
+    return nn.Sequential(OrderedDict(embed=embed, hidden=hidden)), latent_dim if hidden_width is None else hidden_width
+
+
+def frozen_chain(*modules: nn.Module) -> Callable[[Tensor], Tensor]:
+    """The composition of ``modules`` (the first applied first) with their weights held fixed (detached).
+
+    Gradients of its output reach its input only, e.g. the anchors a classifier scores, never the classifier.
+    """
+
+    def call(z: Tensor) -> Tensor:
+        for module in modules:
+            params = {name: p.detach() for name, p in module.named_parameters()}
+            z = cast(Tensor, functional_call(module, params, (z,)))
+        return z
+
+    return call
