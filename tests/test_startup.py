@@ -56,6 +56,13 @@ def test_a_flower_clientapp_module_loads_flower_and_torch_but_no_lightning_nor_a
     assert not modules & {"fedhet.integrations.flower.engine", "fedhet.integrations.flower.records"}
 
 
+def test_a_suites_parent_process_loads_no_lightning():
+    """``fedhet compare`` reads run folders and results; Lightning loads in its fork server and runs only."""
+    modules = loaded("import fedhet.experiments.compare, fedhet.plugins")
+    assert not top_level(modules) & {"lightning", "torchmetrics", "ot", "scipy", "sklearn", "optuna", "jsonargparse"}
+    assert not {m for m in modules if m.startswith(("fedhet.plugins.rounds", "fedhet.modules", "fedhet.callbacks"))}
+
+
 def test_the_help_names_fedhet_and_every_command(capsys):
     assert set(COMMANDS) == {*SUBCOMMANDS, "compare"}
     text = usage()

@@ -6,21 +6,26 @@ states, run folders, checkpoints, export), ``processes`` (client-parallel proces
 dispatch, the server step's guard, the run's callbacks and loggers).
 """
 
-from fedhet.plugins.clients.runners import ClientRunner, SequentialRunner
-from fedhet.plugins.clients.stacked import StackedRunner
-from fedhet.plugins.rounds.options import Checkpointing, ClientStates, Faults, Processes, Reporting
-from fedhet.plugins.rounds.sampling import ClientSampler, FullParticipation, NewClients, UniformSampler
-from fedhet.plugins.rounds.trainer import FederatedTrainer
-from fedhet.plugins.uploads.aggregators import Aggregator, CoordinateMedian, TrimmedMean, WeightedMean
-from fedhet.plugins.uploads.policies import (
-    FiniteUpload,
-    PlainUpdate,
-    PrivateUpdate,
-    ServerUpdate,
-    TimeBudget,
-    UploadCheck,
-)
-from fedhet.plugins.uploads.privacy import UploadPrivacy
+from typing import TYPE_CHECKING
+
+from fedhet._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from fedhet.plugins.clients.runners import ClientRunner, SequentialRunner
+    from fedhet.plugins.clients.stacked import StackedRunner
+    from fedhet.plugins.rounds.options import Checkpointing, ClientStates, Faults, Processes, Reporting
+    from fedhet.plugins.rounds.sampling import ClientSampler, FullParticipation, NewClients, UniformSampler
+    from fedhet.plugins.rounds.trainer import FederatedTrainer
+    from fedhet.plugins.uploads.aggregators import Aggregator, CoordinateMedian, TrimmedMean, WeightedMean
+    from fedhet.plugins.uploads.policies import (
+        FiniteUpload,
+        PlainUpdate,
+        PrivateUpdate,
+        ServerUpdate,
+        TimeBudget,
+        UploadCheck,
+    )
+    from fedhet.plugins.uploads.privacy import UploadPrivacy
 
 __all__ = [
     "Aggregator",
@@ -48,3 +53,5 @@ __all__ = [
     "UploadPrivacy",
     "WeightedMean",
 ]
+
+__getattr__, __dir__ = lazy_exports(__name__, __file__)
