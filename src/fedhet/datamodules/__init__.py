@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from fedhet.datamodules.federated import FederatedDataModule
     from fedhet.datamodules.hybrid import HybridFederation
     from fedhet.datamodules.partitioned import PartitionedFederation
+    from fedhet.datamodules.splits import SplitFederation
     from fedhet.datamodules.synthetic import LinearMappingToy, NoisyFeaturesToy
     from fedhet.datamodules.tensor_dataset import TensorBatchLoader, TensorPairDataset, collate_batched
 
@@ -48,6 +49,7 @@ __all__ = [
     "RotatedBlobsDomains",
     "SatelliteFederation",
     "SensorCovarianceFederation",
+    "SplitFederation",
     "TensorBatchLoader",
     "TensorPairDataset",
     "VowelFederation",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from numbers import Integral, Real
+from numbers import Integral
 from typing import TypedDict
 
 import torch
@@ -14,7 +14,13 @@ from torch import Tensor
 
 from fedhet.core import ClientSpec
 from fedhet.datamodules.tensor_dataset import TensorBatchLoader, TensorPairDataset
-from fedhet.datamodules.validation import check_feature_blocks, check_features, check_labels, field_error
+from fedhet.datamodules.validation import (
+    check_feature_blocks,
+    check_features,
+    check_labels,
+    check_split_arguments,
+    field_error,
+)
 from fedhet.functional.partition import split_indices
 
 
@@ -276,33 +282,13 @@ def _check_scalars(
         raise TypeError(field_error(str(client_id), "client_id", f"must be a str, got {type(client_id).__name__}"))
     if not client_id:
         raise ValueError(field_error(client_id, "client_id", "is empty; a client needs a name"))
-    types = (
-        ("num_classes", num_classes, Integral),
-        ("val_fraction", val_fraction, Real),
-        ("test_fraction", test_fraction, Real),
-        ("batch_size", batch_size, Integral),
-        ("eval_batch_size", eval_batch_size, Integral),
-    )
-    for field, value, expected_type in types:
-        if isinstance(value, bool) or not isinstance(value, expected_type):
-            kind = "an int" if expected_type is Integral else "a number"
-            raise TypeError(field_error(client_id, field, f"is {value!r} ({type(value).__name__}); expected {kind}"))
-    checks = (
-        ("num_classes", num_classes, num_classes >= 1, "at least 1"),
-        ("val_fraction", val_fraction, 0 <= val_fraction < 1, "a value in [0, 1)"),
-        ("test_fraction", test_fraction, 0 <= test_fraction < 1, "a value in [0, 1)"),
-        (
-            "test_fraction",
-            test_fraction,
-            test_fraction + val_fraction < 1,
-            f"below 1 - val_fraction = {1 - val_fraction}",
-        ),
-        ("batch_size", batch_size, batch_size >= 1, "at least 1"),
-        ("eval_batch_size", eval_batch_size, eval_batch_size >= 1, "at least 1"),
-    )
-    for field, value, valid, expected in checks:
-        if not valid:
-            raise ValueError(field_error(client_id, field, f"is {value}; expected {expected}"))
+    if isinstance(num_classes, bool) or not isinstance(num_classes, Integral):
+        raise TypeError(
+            field_error(client_id, "num_classes", f"is {num_classes!r} ({type(num_classes).__name__}); expected an int")
+        )
+    if num_classes < 1:
+        raise ValueError(field_error(client_id, "num_classes", f"is {num_classes}; expected at least 1"))
+    check_split_arguments(f"client '{client_id}'", val_fraction, test_fraction, batch_size, eval_batch_size)
 
 
 def _check_held_out(client_id: str, part: str, x: Tensor | None, y: Tensor | None, fraction: float) -> None:

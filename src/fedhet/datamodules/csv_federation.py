@@ -26,8 +26,8 @@ from fedhet.datamodules.csv_table import (
     encode_site,
     read_site_table,
 )
-from fedhet.datamodules.datasets._common import check_fractions, derived_seed
-from fedhet.datamodules.federated import FederatedDataModule
+from fedhet.datamodules.datasets._common import derived_seed
+from fedhet.datamodules.splits import SplitFederation
 from fedhet.functional.partition import split_indices, stratified_split_indices
 
 MissingPolicy = Literal["refuse", "mean"]
@@ -84,7 +84,7 @@ class _Site:
     splits: dict[str, np.ndarray]
 
 
-class CSVFederation(FederatedDataModule):
+class CSVFederation(SplitFederation):
     """A federation read from CSV files, one client per file; each file may have its own columns.
 
     Each file has a header row of column names, then one sample per row. The label column must be in every file;
@@ -109,6 +109,9 @@ class CSVFederation(FederatedDataModule):
     line about a class found at one site only, in under 1 % of its rows (a typo such as ``2`` in a 0/1 column):
     give ``classes`` to refuse such a label instead.
 
+    ``val_fraction``, ``test_fraction``, ``batch_size``, ``eval_batch_size`` and ``seed`` are the split arguments of
+    :class:`~fedhet.datamodules.SplitFederation`, described there; below, only what they mean here.
+
     Args:
         files: a folder (every ``*.csv`` in it, in name order), or a list of CSV files; a path starting with
             ``fedhet:`` names example data bundled with fedhet (``fedhet:heart_sites``).
@@ -126,8 +129,6 @@ class CSVFederation(FederatedDataModule):
         val_fraction: share of each site's rows held out for validation.
         test_fraction: share of each site's rows held out for testing.
         stratify: whether the splits keep each site's class proportions (where the classes are large enough).
-        batch_size: training batch size.
-        eval_batch_size: validation and test batch size.
         seed: seed of the splits (each site draws from its own seed derived from it).
 
     Raises:
@@ -167,11 +168,6 @@ class CSVFederation(FederatedDataModule):
             raise ValueError(f"CSVFederation: field 'categorical' must be 'refuse' or 'one_hot', got {categorical!r}")
         if missing not in ("refuse", "mean"):
             raise ValueError(f"CSVFederation: field 'missing' must be 'refuse' or 'mean', got {missing!r}")
-        check_fractions(val_fraction, test_fraction)
-        self.save_hyperparameters()
-        self.batch_size = batch_size
-        self.eval_batch_size = eval_batch_size
-        self.seed = seed
         tables = [read_site_table(path) for path in resolve_csv_files(files)]
         self._check_ids_and_columns(tables, label_column, drop_columns)
         labels = [self._labels(table, label_column, missing_values) for table in tables]

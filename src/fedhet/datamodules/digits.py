@@ -8,14 +8,14 @@ import numpy as np
 import torch
 
 from fedhet.datamodules.client import ClientDataModule
-from fedhet.datamodules.federated import FederatedDataModule
+from fedhet.datamodules.splits import SplitFederation
 from fedhet.functional.partition import dirichlet_label_skew
 
 NUM_CLASSES = 10
 NUM_FEATURES = 64
 
 
-class DigitsFederation(FederatedDataModule):
+class DigitsFederation(SplitFederation):
     """The 1,797 8x8 digit images bundled with scikit-learn, shared among clients with Dirichlet label skew.
 
     Each sample is 64 pixel intensities in ``[0, 16]``, scaled here to ``[0, 1]`` as ``float32``; labels are the
@@ -26,16 +26,15 @@ class DigitsFederation(FederatedDataModule):
     The samples are shared with :func:`~fedhet.functional.dirichlet_label_skew`; each client then splits its own
     samples at random into train, validation and test parts, with a seed derived from ``seed`` and its index. Client
     ids are ``client_000``, ``client_001``, ... All clients share one 64-dimensional feature space. The arguments are
-    kept in ``self.hparams`` (Lightning's ``save_hyperparameters``).
+    kept in ``self.hparams``.
+
+    ``val_fraction``, ``test_fraction``, ``batch_size``, ``eval_batch_size`` and ``seed`` are the split arguments of
+    :class:`~fedhet.datamodules.SplitFederation`, described there; below, only what they mean here.
 
     Args:
         num_clients: number of clients.
         alpha: Dirichlet concentration of the label skew; smaller is more skewed.
         min_samples: fewest samples a client may receive before its own split.
-        val_fraction: share of each client's samples held out for validation.
-        test_fraction: share of each client's samples held out for testing.
-        batch_size: training batch size.
-        eval_batch_size: validation and test batch size.
         seed: seed of the partition and of the clients' splits.
 
     Example:
@@ -59,7 +58,6 @@ class DigitsFederation(FederatedDataModule):
         seed: int = 0,
     ) -> None:
         super().__init__()
-        self.save_hyperparameters()
         self._source_indices: dict[str, np.ndarray] = {}
 
     @property

@@ -16,7 +16,6 @@ from torch import Tensor
 
 from fedhet.datamodules.csv_client import read_labelled_csv
 from fedhet.datamodules.csv_federation import resolve_csv_files
-from fedhet.datamodules.datasets._common import check_fractions
 from fedhet.datamodules.domains import _DomainFederation
 from fedhet.datamodules.loaders import resolve_loader
 
@@ -73,16 +72,15 @@ class DomainFederation(_DomainFederation):
     parts. ``target`` names the unlabelled target domain (give FedDaDiL the same ``target``); ``include_target:
     false`` leaves it out, for FedDaDiL's step 1 (FedAvg on the labelled sources).
 
+    ``val_fraction``, ``test_fraction``, ``batch_size``, ``eval_batch_size`` and ``seed`` are the split arguments of
+    :class:`~fedhet.datamodules.SplitFederation`, described there; below, only what they mean here.
+
     Args:
         num_classes: size of the label space.
         data: ``"csv"``, an import path, a loader, or ``{client_id: (x, y)}``.
         data_args: keyword arguments of the loader (``"csv"``: ``files`` and ``label_column``).
         target: client id of the target domain (``None``: no target).
         include_target: keep the target client.
-        val_fraction: share of each client's samples held out for validation.
-        test_fraction: share held out for testing.
-        batch_size: training batch size.
-        eval_batch_size: evaluation batch size.
         seed: seed of the splits.
 
     Raises:
@@ -111,8 +109,7 @@ class DomainFederation(_DomainFederation):
         eval_batch_size: int = 512,
         seed: int = 0,
     ) -> None:
-        super().__init__()
-        check_fractions(val_fraction, test_fraction)
+        super().__init__(ignore=[] if isinstance(data, str) else ["data"])
         if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
             raise ValueError(f"DomainFederation: field 'num_classes' must be a positive integer, got {num_classes!r}")
         self._loader = resolve_loader(data, DATASETS, "DomainFederation")
@@ -120,7 +117,6 @@ class DomainFederation(_DomainFederation):
             raise ValueError(
                 f"DomainFederation: `data` must be a name, an import path, a loader or a mapping; got {type(data)}"
             )
-        self.save_hyperparameters(ignore=[] if isinstance(data, str) else ["data"])
         self._given = None if self._loader is not None else dict(cast("Domains", data))
         self._num_classes = num_classes
         self._data_args = dict(data_args or {})

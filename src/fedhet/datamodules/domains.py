@@ -21,9 +21,9 @@ import torch
 from torch import Tensor
 
 from fedhet.datamodules.client import ClientDataModule
-from fedhet.datamodules.datasets._common import check_fractions, derived_seed
+from fedhet.datamodules.datasets._common import derived_seed
 from fedhet.datamodules.datasets.digits_family import check_digit_sources, load_digit_source
-from fedhet.datamodules.federated import FederatedDataModule
+from fedhet.datamodules.splits import SplitFederation
 from fedhet.functional.feature_spaces import resample_images
 
 TRANSFORMS = ("identity", "rot90", "invert", "noise")
@@ -58,11 +58,10 @@ class _DigitsConfig(_DomainConfig, Protocol):
     max_samples: int | None
 
 
-class _DomainFederation(FederatedDataModule):
+class _DomainFederation(SplitFederation):
     """What the domain federations share: the target switch and one client per domain.
 
-    Subclasses call ``save_hyperparameters()`` with ``target``, ``include_target``, ``test_fraction``,
-    ``val_fraction``, ``batch_size``, ``eval_batch_size`` and ``seed`` among their arguments, and implement
+    Subclasses take ``target``, ``include_target`` and the split arguments, call ``super().__init__()`` and implement
     :meth:`domains`.
     """
 
@@ -111,15 +110,14 @@ class RotatedBlobsDomains(_DomainFederation):
     :math:`0.1` for the target (Montesuma et al., DaDiL, ECAI 2023; FedDaDiL spec, experiment A). Client ids are
     ``theta<angle>``.
 
+    ``val_fraction``, ``test_fraction``, ``batch_size``, ``eval_batch_size`` and ``seed`` are the split arguments of
+    :class:`~fedhet.datamodules.SplitFederation`, described there; below, only what they mean here.
+
     Args:
         angles: one angle in degrees per domain.
         target: client id of the target domain (``None``: no target).
         include_target: keep the target client.
         samples_per_class: points per class and domain.
-        val_fraction: share of each client's samples held out for validation.
-        test_fraction: share held out for testing.
-        batch_size: training batch size.
-        eval_batch_size: evaluation batch size.
         seed: seed of every draw.
 
     Example:
@@ -142,10 +140,8 @@ class RotatedBlobsDomains(_DomainFederation):
         seed: int = 15,
     ) -> None:
         super().__init__()
-        check_fractions(val_fraction, test_fraction)
         if samples_per_class < 2:
             raise ValueError(f"field 'samples_per_class' must be at least 2, got {samples_per_class}")
-        self.save_hyperparameters()
 
     def num_domain_classes(self) -> int:
         """Two classes."""
@@ -177,6 +173,9 @@ class DigitsDomains(_DomainFederation):
     the source names. With one source as ``target``, the others are the labelled sources of a leave-one-domain-out
     task.
 
+    ``val_fraction``, ``test_fraction``, ``batch_size``, ``eval_batch_size`` and ``seed`` are the split arguments of
+    :class:`~fedhet.datamodules.SplitFederation`, described there; below, only what they mean here.
+
     Args:
         sources: the domains, from ``"mnist5k"``, ``"mfeat_pix"``, ``"sklearn_digits"``.
         target: client id of the target domain (``None``: no target).
@@ -185,10 +184,6 @@ class DigitsDomains(_DomainFederation):
         crop_mnist: drop MNIST's 4-pixel empty margin first (its digits fill a 20x20 box; the other sources' digits
             fill their frame), so that the domains differ in writers and resolution rather than in framing.
         max_samples: keep at most this many samples of a source (a random subset; ``None``: all).
-        val_fraction: share of each client's samples held out for validation.
-        test_fraction: share held out for testing.
-        batch_size: training batch size.
-        eval_batch_size: evaluation batch size.
         seed: seed of the subsets and splits.
 
     """
@@ -209,8 +204,6 @@ class DigitsDomains(_DomainFederation):
     ) -> None:
         super().__init__()
         check_digit_sources(sources)
-        check_fractions(val_fraction, test_fraction)
-        self.save_hyperparameters()
 
     def domains(self) -> dict[str, tuple[Tensor, Tensor]]:
         """Every source at the common grid."""
@@ -236,13 +229,12 @@ class DigitsTransformDomains(_DomainFederation):
     quarter); ``invert`` (``1 - x``); ``noise`` (additive Gaussian noise of standard deviation 0.25, i.e. 4 grey levels
     of 16). Samples are ``(1, 8, 8)`` images.
 
+    ``val_fraction``, ``test_fraction``, ``batch_size``, ``eval_batch_size`` and ``seed`` are the split arguments of
+    :class:`~fedhet.datamodules.SplitFederation`, described there; below, only what they mean here.
+
     Args:
         target: client id of the target domain (``None``: no target).
         include_target: keep the target client.
-        val_fraction: share of each client's samples held out for validation.
-        test_fraction: share held out for testing.
-        batch_size: training batch size.
-        eval_batch_size: evaluation batch size.
         seed: seed of the deal, the noise and the splits.
 
     """
@@ -258,8 +250,6 @@ class DigitsTransformDomains(_DomainFederation):
         seed: int = 0,
     ) -> None:
         super().__init__()
-        check_fractions(val_fraction, test_fraction)
-        self.save_hyperparameters()
 
     def domains(self) -> dict[str, tuple[Tensor, Tensor]]:
         """The four transformed parts."""

@@ -20,8 +20,8 @@ from torch import Tensor
 from fedhet.datamodules.client import ClientDataModule, held_out_splits
 from fedhet.datamodules.csv_client import read_labelled_csv
 from fedhet.datamodules.datasets._common import fit_standardizer
-from fedhet.datamodules.federated import FederatedDataModule
 from fedhet.datamodules.loaders import resolve_loader
+from fedhet.datamodules.splits import SplitFederation
 from fedhet.datamodules.tensor_dataset import TensorBatchLoader, TensorPairDataset
 from fedhet.functional.partition import grid_blocks, hybrid_partition, split_indices
 
@@ -186,7 +186,7 @@ def _check_block_data(x: Any, y: Any, blocks: Any) -> BlockData:
     return x, y.long(), columns
 
 
-class HybridFederation(FederatedDataModule):
+class HybridFederation(SplitFederation):
     """Clients that hold different feature blocks of different classes, evaluated on every class (HyFEM).
 
     The pooled data (``data``: ``"digits"`` quadrants, ``"mfeat"`` views, ``"satellite"`` bands or ``"synthetic"``
@@ -200,6 +200,9 @@ class HybridFederation(FederatedDataModule):
     server model; :attr:`block_widths` is the block table in the data's order.
     With ``standardize`` every column is standardised with the pooled training part's statistics.
 
+    ``val_fraction``, ``test_fraction``, ``batch_size``, ``eval_batch_size`` and ``seed`` are the split arguments of
+    :class:`~fedhet.datamodules.SplitFederation`, described there; below, only what they mean here.
+
     Args:
         data: a name of :data:`DATASETS` (``"csv"``, ``"digits"``, ``"mfeat"``, ``"satellite"``, ``"synthetic"``),
             an import path of a loader, a loader, or ``(x, y, blocks)``: ``x`` of shape ``(N, F)`` (or ``(N, *shape)``,
@@ -211,8 +214,6 @@ class HybridFederation(FederatedDataModule):
         test_fraction: share of every class held out for testing.
         split_shared: clients with the same block set split a shared class's samples (else each gets them all).
         standardize: standardise every column with the training part's mean and deviation.
-        batch_size: training batch size.
-        eval_batch_size: evaluation batch size.
         seed: seed of the split and of the shared-class shuffles.
 
     Example:
@@ -236,7 +237,7 @@ class HybridFederation(FederatedDataModule):
         eval_batch_size: int = 512,
         seed: int = 0,
     ) -> None:
-        super().__init__()
+        super().__init__(ignore=[] if isinstance(data, str) else ["data"])
         self._loader = resolve_loader(data, DATASETS, "HybridFederation")
         if self._loader is None and not (isinstance(data, Sequence) and len(data) == 3):
             raise ValueError(
@@ -244,12 +245,8 @@ class HybridFederation(FederatedDataModule):
             )
         if not assignment:
             raise ValueError("HybridFederation: field 'assignment' must give at least one client")
-        if val_fraction < 0 or test_fraction <= 0 or val_fraction + test_fraction >= 1:
-            raise ValueError(
-                f"HybridFederation: fields 'val_fraction' ({val_fraction}) and 'test_fraction' ({test_fraction}) must"
-                " be >= 0 and > 0 and leave training samples"
-            )
-        self.save_hyperparameters(ignore=[] if isinstance(data, str) else ["data"])
+        if test_fraction <= 0:
+            raise ValueError(f"HybridFederation: field 'test_fraction' is {test_fraction}; expected above 0")
         self._given = None if self._loader is not None else cast("BlockData", tuple(cast("Sequence[Any]", data)))
         self.assignment = {client: dict(row) for client, row in assignment.items()}
         self._global: dict[str, TensorPairDataset] = {}

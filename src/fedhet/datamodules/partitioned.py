@@ -17,8 +17,8 @@ import torch
 from torch import Tensor
 
 from fedhet.datamodules.client import ClientDataModule
-from fedhet.datamodules.federated import FederatedDataModule
 from fedhet.datamodules.loaders import resolve_loader
+from fedhet.datamodules.splits import SplitFederation
 from fedhet.functional.feature_spaces import add_noise_features, prune_features, random_linear_map, resample_images
 from fedhet.functional.partition import (
     HybridPartition,
@@ -155,7 +155,7 @@ class _PartitionedConfig(Protocol):
     seed: int
 
 
-class PartitionedFederation(FederatedDataModule):
+class PartitionedFederation(SplitFederation):
     """A federation cut from one pooled dataset by a named partitioner, with optional per-client feature spaces.
 
     The pooled ``(x, y)`` come from ``data``: a name in :data:`DATASETS` (``"digits"``), an import path
@@ -185,6 +185,9 @@ class PartitionedFederation(FederatedDataModule):
     ``DigitsFederation(num_clients=10, alpha=0.5, min_samples=10, seed=s)`` is
     ``PartitionedFederation("digits", 10, "dirichlet", {"alpha": 0.5, "min_samples": 10}, seed=s)``, client for client.
 
+    ``val_fraction``, ``test_fraction``, ``batch_size``, ``eval_batch_size`` and ``seed`` are the split arguments of
+    :class:`~fedhet.datamodules.SplitFederation`, described there; below, only what they mean here.
+
     Args:
         data: the pooled dataset: a name, an import path, a loader, or ``(x, y)`` with ``x`` of shape
             ``(N, *feature_shape)`` and ``y`` of shape ``(N,)``.
@@ -197,10 +200,6 @@ class PartitionedFederation(FederatedDataModule):
         concept_shift_groups: number of label-permutation groups; 0 for none.
         num_classes: size of the label space; ``y.max() + 1`` by default.
         data_args: keyword arguments of the loader, e.g. ``{"as_images": True}`` for the digits.
-        val_fraction: share of each client's samples held out for validation.
-        test_fraction: share of each client's samples held out for testing.
-        batch_size: training batch size.
-        eval_batch_size: validation and test batch size.
         seed: seed of the partition; the clients' transforms, concept shift and splits derive theirs from it.
 
     Raises:
@@ -234,8 +233,7 @@ class PartitionedFederation(FederatedDataModule):
         eval_batch_size: int = 512,
         seed: int = 0,
     ) -> None:
-        super().__init__()
-        self.save_hyperparameters(ignore=[] if isinstance(data, str) else ["data"])
+        super().__init__(ignore=[] if isinstance(data, str) else ["data"])
         self._loader, self._given = _resolve_data(data)
         self.partition_args = dict(partition_args or {})
         self.transform_args = dict(transform_args or {})
@@ -410,7 +408,6 @@ def _check_arguments(
     federation: PartitionedFederation, num_clients: int | None, concept_shift_groups: int, num_classes: int | None
 ) -> None:
     """Check a :class:`PartitionedFederation`'s arguments, raising a ``ValueError`` that names the first bad one."""
-    config = cast(_PartitionedConfig, federation.hparams)
     partition, transform = federation.partition, federation.feature_transform
     if partition not in PARTITIONS:
         raise ValueError(f"`partition` must be one of {sorted(PARTITIONS)}, got {partition!r}")
@@ -428,15 +425,6 @@ def _check_arguments(
         raise ValueError(f"`concept_shift_groups` must be non-negative, got {concept_shift_groups}")
     if num_classes is not None and num_classes < 1:
         raise ValueError(f"`num_classes` must be at least 1, got {num_classes}")
-    for field, valid, expected in (
-        ("val_fraction", 0 <= config.val_fraction < 1, "in [0, 1)"),
-        ("test_fraction", 0 <= config.test_fraction < 1, "in [0, 1)"),
-        ("test_fraction", config.val_fraction + config.test_fraction < 1, "below 1 - val_fraction"),
-        ("batch_size", config.batch_size >= 1, "at least 1"),
-        ("eval_batch_size", config.eval_batch_size >= 1, "at least 1"),
-    ):
-        if not valid:
-            raise ValueError(f"`{field}` is {getattr(config, field)}; expected {expected}")
     _check_keywords("partition_args", partition, PARTITIONS[partition][1], federation.partition_args)
     if transform == "resample":
         sizes = federation.transform_args.get("sizes")

@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from fedhet.datamodules.client import ClientDataModule
-from fedhet.datamodules.federated import FederatedDataModule
+from fedhet.datamodules.splits import SplitFederation
 from fedhet.functional.feature_spaces import add_noise_features, random_linear_map
 from fedhet.functional.partition import shard_label_skew
 
@@ -55,17 +55,16 @@ class _LinearMappingConfig(_ToyConfig, Protocol):
     map_std: float
 
 
-class _FlicToy(FederatedDataModule):
+class _FlicToy(SplitFederation):
     """What both FLIC toys share: Gaussian class pools, the shard partition, the subsampling and the client builder.
 
-    Subclasses call ``save_hyperparameters()`` with the arguments below and implement :meth:`_transform`.
+    Subclasses take the arguments below (their test data is a pool of its own: no ``test_fraction``), call
+    ``super().__init__()`` and implement :meth:`_transform`.
     """
 
-    def __init__(self) -> None:
-        super().__init__()
-        self._client_classes: dict[str, tuple[int, ...]] = {}
-        self._draws: dict[str, int | Tensor] = {}
-        self._class_means: Tensor | None = None
+    _client_classes: dict[str, tuple[int, ...]]
+    _draws: dict[str, int | Tensor]
+    _class_means: Tensor | None = None
 
     @property
     def client_classes(self) -> dict[str, tuple[int, ...]]:
@@ -107,6 +106,7 @@ class _FlicToy(FederatedDataModule):
 
         means = means_rng.normal(0.0, config.mean_std, size=(config.num_classes, config.base_dim))
         self._class_means = torch.as_tensor(means, dtype=torch.float32)
+        self._client_classes, self._draws = {}, {}
         train_y = np.repeat(np.arange(config.num_classes), config.samples_per_class)
         test_y = np.repeat(np.arange(config.num_classes), config.test_samples_per_class)
         train_x = means[train_y] + pool_rng.standard_normal((len(train_y), config.base_dim))
@@ -155,6 +155,10 @@ class NoisyFeaturesToy(_FlicToy):
     train and test samples (:func:`~fedhet.functional.add_noise_features`), so its input dimension is
     ``base_dim + a_i``. :attr:`feature_draws` holds each :math:`a_i`. Client ids are ``client_000``, ``client_001``...
 
+    ``val_fraction``, ``batch_size``, ``eval_batch_size`` and ``seed`` are split arguments of
+    :class:`~fedhet.datamodules.SplitFederation`, described there (the test data is a pool of its own); below, only
+    what they mean here.
+
     Args:
         num_clients: number of clients ``b``.
         samples_per_class: training pool per class; more clients means fewer samples each.
@@ -175,8 +179,6 @@ class NoisyFeaturesToy(_FlicToy):
             ``"code"`` gives 14.8k on average over 3 seeds (min 24 to 32, max about 395), the stated uniform rule
             20.8k.
         val_fraction: share of each client's training samples held out for validation.
-        batch_size: training batch size.
-        eval_batch_size: validation and test batch size.
         seed: seed of every draw.
 
     Example:
@@ -206,7 +208,6 @@ class NoisyFeaturesToy(_FlicToy):
         seed: int = 0,
     ) -> None:
         super().__init__()
-        self.save_hyperparameters()
         _check_toy_arguments(
             cast(_ToyConfig, self.hparams),
             ("min_added", min_added >= 0, "non-negative"),
@@ -233,6 +234,10 @@ class LinearMappingToy(_FlicToy):
     The paper's test pool is 1,000 per class (the reference code's 2,000, and its dimensions 3 to 99, are a setting
     away; its ``main_flic.py`` gives this toy 2 classes per client unless told otherwise, the paper's Fig. 4 says 3).
 
+    ``val_fraction``, ``batch_size``, ``eval_batch_size`` and ``seed`` are split arguments of
+    :class:`~fedhet.datamodules.SplitFederation`, described there (the test data is a pool of its own); below, only
+    what they mean here.
+
     Args:
         num_clients: number of clients ``b``.
         samples_per_class: training pool per class; more clients means fewer samples each.
@@ -246,8 +251,6 @@ class LinearMappingToy(_FlicToy):
         map_std: standard deviation of the entries of :math:`L_i`.
         imbalance: per-client training subsampling, as for :class:`NoisyFeaturesToy`.
         val_fraction: share of each client's training samples held out for validation.
-        batch_size: training batch size.
-        eval_batch_size: validation and test batch size.
         seed: seed of every draw.
 
     Example:
@@ -277,7 +280,6 @@ class LinearMappingToy(_FlicToy):
         seed: int = 0,
     ) -> None:
         super().__init__()
-        self.save_hyperparameters()
         _check_toy_arguments(
             cast(_ToyConfig, self.hparams),
             ("min_dim", min_dim >= 1, "at least 1"),
@@ -311,9 +313,6 @@ def _check_toy_arguments(config: _ToyConfig, *extra: tuple[str, bool, str]) -> N
         ("base_dim", config.base_dim >= 1, "at least 1"),
         ("mean_std", config.mean_std >= 0, "non-negative"),
         ("imbalance", config.imbalance in ("paper", "code", "none"), "'paper', 'code' or 'none'"),
-        ("val_fraction", 0 <= config.val_fraction < 1, "in [0, 1)"),
-        ("batch_size", config.batch_size >= 1, "at least 1"),
-        ("eval_batch_size", config.eval_batch_size >= 1, "at least 1"),
         *extra,
     )
     for field, valid, expected in checks:

@@ -1,9 +1,10 @@
-"""Checks of one client's tensors, raising errors that name the client and the offending field."""
+"""Checks of one client's tensors and of the split arguments, raising errors that name the owner and the field."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from numbers import Integral, Real
 
 import torch
 from torch import Tensor
@@ -22,6 +23,51 @@ def field_error(client_id: str, field: str, problem: str) -> str:
 
     """
     return f"client '{client_id}': field '{field}' {problem}"
+
+
+def check_split_arguments(
+    owner: str,
+    val_fraction: float | None,
+    test_fraction: float | None,
+    batch_size: int,
+    eval_batch_size: int,
+    val_of_rest: bool = False,
+) -> None:
+    """Check the split arguments of a client or a federation (see :class:`~fedhet.datamodules.SplitFederation`).
+
+    Args:
+        owner: who took them, for the message: ``"client 'site_a'"`` or a federation's class name.
+        val_fraction: share of the samples held out for validation, or ``None`` (not split by a share).
+        test_fraction: share held out for testing, or ``None``.
+        batch_size: training batch size.
+        eval_batch_size: validation and test batch size.
+        val_of_rest: ``val_fraction`` is a share of the samples left after the test part, so the two shares need not
+            sum below 1.
+
+    Raises:
+        TypeError: ``"<owner>: field '<name>' is <value> (<type>); expected ..."``, a share that is not a number or a
+            batch size that is not an int.
+        ValueError: ``"<owner>: field '<name>' is <value>; expected ..."``, a share outside ``[0, 1)``, shares that
+            leave no training samples, or a batch size below 1.
+
+    """
+    shares = {"val_fraction": val_fraction, "test_fraction": test_fraction}
+    sizes = {"batch_size": batch_size, "eval_batch_size": eval_batch_size}
+    typed = [(name, value, Real) for name, value in shares.items() if value is not None]
+    for name, value, expected_type in [*typed, *((name, value, Integral) for name, value in sizes.items())]:
+        if isinstance(value, bool) or not isinstance(value, expected_type):
+            kind = "an int" if expected_type is Integral else "a number"
+            raise TypeError(f"{owner}: field '{name}' is {value!r} ({type(value).__name__}); expected {kind}")
+    for name, share in shares.items():
+        if share is not None and not 0 <= share < 1:
+            raise ValueError(f"{owner}: field '{name}' is {share}; expected a value in [0, 1)")
+    if val_fraction is not None and test_fraction is not None and not val_of_rest and val_fraction + test_fraction >= 1:
+        raise ValueError(
+            f"{owner}: field 'test_fraction' is {test_fraction}; expected below 1 - val_fraction = {1 - val_fraction}"
+        )
+    for name, value in sizes.items():
+        if value < 1:
+            raise ValueError(f"{owner}: field '{name}' is {value}; expected at least 1")
 
 
 def check_features(client_id: str, field: str, x: object, feature_shape: tuple[int, ...] | None = None) -> Tensor:

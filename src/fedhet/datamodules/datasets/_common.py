@@ -192,23 +192,6 @@ def class_shares(labels: np.ndarray, holders: list[list[int]], num_clients: int,
     return [np.sort(np.concatenate(part)) if part else np.zeros(0, dtype=np.int64) for part in parts]
 
 
-def check_fractions(val_fraction: float, test_fraction: float) -> None:
-    """Check validation and test shares of a client's samples: each in ``[0, 1)``, together below 1.
-
-    Args:
-        val_fraction: share held out for validation.
-        test_fraction: share held out for testing.
-
-    Raises:
-        ValueError: naming the bad share.
-
-    """
-    if not 0 <= val_fraction < 1:
-        raise ValueError(f"`val_fraction` must be in [0, 1), got {val_fraction}")
-    if not 0 <= test_fraction < 1 or val_fraction + test_fraction >= 1:
-        raise ValueError(f"`test_fraction` must be in [0, 1 - val_fraction), got {test_fraction}")
-
-
 def derived_seed(seed: int, index: int) -> int:
     """A per-client seed derived from a federation's ``seed`` and the client's index (as ``DigitsFederation`` does)."""
     return int(np.random.SeedSequence([seed, index]).generate_state(1)[0])

@@ -27,7 +27,7 @@ from torch import Tensor
 from fedhet.core.provenance import note_read
 from fedhet.datamodules.client import ClientDataModule, held_out_splits
 from fedhet.datamodules.datasets._common import data_root, fit_standardizer, parse_csv
-from fedhet.datamodules.federated import FederatedDataModule
+from fedhet.datamodules.splits import SplitFederation
 
 WILDERNESS_AREAS: tuple[str, ...] = ("rawah", "neota", "comanche", "poudre")
 """The four wilderness areas, in the order of their one-hot columns: Rawah, Neota, Comanche Peak, Cache la Poudre."""
@@ -235,7 +235,7 @@ class _CovertypeConfig(Protocol):
     seed: int
 
 
-class CovertypeFederation(FederatedDataModule):
+class CovertypeFederation(SplitFederation):
     """Covertype with one client per wilderness area: natural feature and label shift, fixed UCI splits.
 
     Rows are split in file order as customary (and as Global Layers does): the first ``num_train`` rows (11,340,
@@ -260,6 +260,10 @@ class CovertypeFederation(FederatedDataModule):
 
     Standardisation statistics come from **the client's own training rows only**.
 
+    ``batch_size``, ``eval_batch_size`` and ``seed`` are split arguments of
+    :class:`~fedhet.datamodules.SplitFederation`, described there (the held-out parts are counts, not shares);
+    below, only what they mean here.
+
     Args:
         path: the UCI file (see :func:`load_covertype`); found in ``$FEDHET_DATA`` or fetched when ``None``.
         areas: the wilderness areas to include, from :data:`WILDERNESS_AREAS`.
@@ -268,8 +272,6 @@ class CovertypeFederation(FederatedDataModule):
         num_train: number of leading rows that form the training part.
         num_val: number of rows after them that form the validation part.
         download: whether :func:`load_covertype` may fall back on scikit-learn's download.
-        batch_size: training batch size.
-        eval_batch_size: validation and test batch size.
         seed: seed handed to the clients (their splits are fixed, so it has no effect on the data).
 
     """
@@ -295,7 +297,6 @@ class CovertypeFederation(FederatedDataModule):
             raise ValueError(f"`features` must be 'raw' or 'gl', got {features!r}")
         if num_train < 1 or num_val < 0:
             raise ValueError(f"`num_train` must be at least 1 and `num_val` non-negative, got {num_train}, {num_val}")
-        self.save_hyperparameters()
         self.areas = tuple(areas)
         self._split_rows: dict[str, dict[str, np.ndarray]] = {}
 

@@ -20,10 +20,10 @@ import numpy as np
 import torch
 
 from fedhet.datamodules.client import ClientDataModule
-from fedhet.datamodules.datasets._common import ImageData, check_fractions, class_shares, derived_seed
+from fedhet.datamodules.datasets._common import ImageData, class_shares, derived_seed
 from fedhet.datamodules.datasets.mfeat import load_mfeat
 from fedhet.datamodules.datasets.mnist import DIGIT_CLASSES, load_mnist5k
-from fedhet.datamodules.federated import FederatedDataModule
+from fedhet.datamodules.splits import SplitFederation
 
 DIGIT_SOURCES: dict[str, tuple[int, int]] = {"mnist5k": (28, 28), "mfeat_pix": (16, 15), "sklearn_digits": (8, 8)}
 """The digit sources and their image sizes ``(H, W)``."""
@@ -93,7 +93,7 @@ class _DigitsFamilyConfig(Protocol):
     seed: int
 
 
-class DigitsFamilyFederation(FederatedDataModule):
+class DigitsFamilyFederation(SplitFederation):
     """One client per digit source, each with its own image size: the same 10 classes in different feature spaces.
 
     Client ``k`` holds the source ``sources[k]``, as ``(1, H, W)`` images (``(H * W,)`` vectors with ``flatten``),
@@ -105,15 +105,14 @@ class DigitsFamilyFederation(FederatedDataModule):
     at least ``10 / classes_per_client`` clients (a class nobody holds is left out), and a class's samples are shared
     among its holders. Each client splits its samples at random into train, validation and test parts.
 
+    ``val_fraction``, ``test_fraction``, ``batch_size``, ``eval_batch_size`` and ``seed`` are the split arguments of
+    :class:`~fedhet.datamodules.SplitFederation`, described there; below, only what they mean here.
+
     Args:
         sources: one source per client, from ``"mnist5k"`` (28x28), ``"mfeat_pix"`` (16x15), ``"sklearn_digits"``
             (8x8).
         flatten: whether features are flat vectors rather than one-channel images.
         classes_per_client: classes held by each client (``None``: all 10).
-        val_fraction: share of each client's samples held out for validation.
-        test_fraction: share of each client's samples held out for testing.
-        batch_size: training batch size.
-        eval_batch_size: validation and test batch size.
         seed: seed of the sharing and of the clients' splits.
 
     Example:
@@ -136,10 +135,8 @@ class DigitsFamilyFederation(FederatedDataModule):
     ) -> None:
         super().__init__()
         check_digit_sources(sources)
-        check_fractions(val_fraction, test_fraction)
         if classes_per_client is not None and not 1 <= classes_per_client <= len(DIGIT_CLASSES):
             raise ValueError(f"`classes_per_client` must be in [1, {len(DIGIT_CLASSES)}], got {classes_per_client}")
-        self.save_hyperparameters()
         self.sources = tuple(sources)
         self._source_indices: dict[str, np.ndarray] = {}
 

@@ -34,7 +34,7 @@ from torch import Tensor
 
 from fedhet.datamodules.client import ClientDataModule, held_out_splits
 from fedhet.datamodules.datasets._common import fit_standardizer, holdout_split, vendored_bytes
-from fedhet.datamodules.federated import FederatedDataModule
+from fedhet.datamodules.splits import SplitFederation
 
 MissingStrategy = Literal["code", "impute", "indicator"]
 
@@ -260,7 +260,7 @@ class _HeartConfig(Protocol):
     seed: int
 
 
-class HeartFederation(FederatedDataModule):
+class HeartFederation(SplitFederation):
     """Naturally federated heart-disease data: one client per hospital or study, each with its own columns.
 
     Client ids are the site names. Labels follow one convention, **1 = disease / event** (see :func:`load_heart`);
@@ -278,14 +278,15 @@ class HeartFederation(FederatedDataModule):
       labels Cleveland 1 = *no* disease, so its positive-class metrics (precision, recall, F1, AUPRC) are computed
       on ``1 - y`` here (AUROC and balanced accuracy are unchanged).
 
+    ``val_fraction``, ``test_fraction``, ``batch_size``, ``eval_batch_size`` and ``seed`` are the split arguments of
+    :class:`~fedhet.datamodules.SplitFederation`, described there; below, only what they mean here.
+
     Args:
         sites: the sites to include, each at most once, from :data:`SITES`.
         missing: how unrecorded cells are encoded: ``"code"``, ``"impute"`` or ``"indicator"``.
         standardize: whether to standardise the features with the client's training statistics.
         test_fraction: share of each site's rows held out for testing (rounded up).
         val_fraction: share of the remaining rows held out for validation (rounded up).
-        batch_size: training batch size.
-        eval_batch_size: validation and test batch size.
         seed: seed of every site's split.
 
     Example:
@@ -306,7 +307,7 @@ class HeartFederation(FederatedDataModule):
         eval_batch_size: int = 512,
         seed: int = 0,
     ) -> None:
-        super().__init__()
+        super().__init__(val_of_rest=True)
         unknown = [site for site in sites if site not in _FILES]
         if unknown:
             raise ValueError(f"unknown heart sites {unknown}; expected some of {list(SITES)}")
@@ -314,8 +315,6 @@ class HeartFederation(FederatedDataModule):
             raise ValueError(f"`sites` must name at least one site, each once; got {list(sites)}")
         if missing not in ("code", "impute", "indicator"):
             raise ValueError(f"`missing` must be 'code', 'impute' or 'indicator', got {missing!r}")
-        holdout_split(0, test_fraction, val_fraction, seed)  # checks the fractions now
-        self.save_hyperparameters()
         self.sites = tuple(sites)
         self._split_rows: dict[str, dict[str, np.ndarray]] = {}
         self._feature_names: dict[str, tuple[str, ...]] = {}

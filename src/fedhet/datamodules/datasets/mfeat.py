@@ -18,9 +18,9 @@ import torch
 from torch import Tensor
 
 from fedhet.datamodules.client import ClientDataModule
-from fedhet.datamodules.datasets._common import check_fractions, parse_csv, vendored_bytes
+from fedhet.datamodules.datasets._common import parse_csv, vendored_bytes
 from fedhet.datamodules.datasets._views import ViewClientSettings, build_view_clients, resolve_client_classes
-from fedhet.datamodules.federated import FederatedDataModule
+from fedhet.datamodules.splits import SplitFederation
 
 VIEW_WIDTHS: dict[str, int] = {"fou": 76, "fac": 216, "kar": 64, "pix": 240, "zer": 47, "mor": 6}
 """The six views and their widths: Fourier coefficients of the character shapes (76), profile correlations (216),
@@ -104,7 +104,7 @@ def _check_views(views: Sequence[str], field: str) -> None:
         raise ValueError(f"`{field}` must list distinct views from {list(VIEWS)}, got {list(views)}")
 
 
-class MultipleFeaturesFederation(FederatedDataModule):
+class MultipleFeaturesFederation(SplitFederation):
     """The Multiple Features digits shared among clients that each hold some views and some classes.
 
     Client ``k`` holds the views ``client_views[k]`` (its feature vector is their concatenation in that order, and its
@@ -119,15 +119,14 @@ class MultipleFeaturesFederation(FederatedDataModule):
     random into train, validation and test parts, and, with ``standardize``, standardises every column with the
     mean and standard deviation of **its own training part only**. Client ids are ``client_000``, ``client_001``...
 
+    ``val_fraction``, ``test_fraction``, ``batch_size``, ``eval_batch_size`` and ``seed`` are the split arguments of
+    :class:`~fedhet.datamodules.SplitFederation`, described there; below, only what they mean here.
+
     Args:
         client_views: one list of view names (from ``fou``, ``fac``, ``kar``, ``pix``, ``zer``, ``mor``) per client.
         client_classes: one list of digit classes per client; every client holds all ten when ``None``.
         disjoint_samples: whether clients that hold the same class share its samples out (``True``) or all get them.
         standardize: whether to standardise each client's features with its training statistics.
-        val_fraction: share of each client's samples held out for validation.
-        test_fraction: share of each client's samples held out for testing.
-        batch_size: training batch size.
-        eval_batch_size: validation and test batch size.
         seed: seed of the sharing and of the clients' splits.
 
     Example:
@@ -156,8 +155,6 @@ class MultipleFeaturesFederation(FederatedDataModule):
             raise ValueError("`client_views` must list at least one client")
         for index, views in enumerate(client_views):
             _check_views(views, f"client_views[{index}]")
-        check_fractions(val_fraction, test_fraction)
-        self.save_hyperparameters()
         self.client_views = [tuple(views) for views in client_views]
         self.client_classes = resolve_client_classes(client_classes, len(client_views), NUM_CLASSES)
         self._split_rows: dict[str, dict[str, np.ndarray]] = {}

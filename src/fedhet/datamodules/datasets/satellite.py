@@ -23,10 +23,10 @@ import torch
 from torch import Tensor
 
 from fedhet.datamodules.client import ClientDataModule
-from fedhet.datamodules.datasets._common import check_fractions, parse_csv, vendored_bytes
+from fedhet.datamodules.datasets._common import parse_csv, vendored_bytes
 from fedhet.datamodules.datasets._views import ViewClientSettings, build_view_clients, resolve_client_classes
 from fedhet.datamodules.datasets.mfeat import MultiViewData
-from fedhet.datamodules.federated import FederatedDataModule
+from fedhet.datamodules.splits import SplitFederation
 
 BANDS: tuple[str, ...] = ("green", "red", "nir1", "nir2")
 """The four Landsat MSS bands, in the order of the file's columns within a pixel."""
@@ -108,7 +108,7 @@ def _check_bands(bands: Sequence[str], field: str) -> None:
         raise ValueError(f"`{field}` must list distinct bands from {list(BANDS)}, got {list(bands)}")
 
 
-class SatelliteFederation(FederatedDataModule):
+class SatelliteFederation(SplitFederation):
     """Landsat neighbourhoods shared among clients whose sensors record different spectral bands, and some classes.
 
     Client ``k`` holds the bands ``client_bands[k]`` (its feature vector is their concatenation in that order, nine
@@ -121,15 +121,14 @@ class SatelliteFederation(FederatedDataModule):
     train, validation and test parts and, with ``standardize``, standardises every column with the mean and
     deviation of **its own training part only**. Client ids are ``client_000``, ``client_001``...
 
+    ``val_fraction``, ``test_fraction``, ``batch_size``, ``eval_batch_size`` and ``seed`` are the split arguments of
+    :class:`~fedhet.datamodules.SplitFederation`, described there; below, only what they mean here.
+
     Args:
         client_bands: one list of bands (from ``green``, ``red``, ``nir1``, ``nir2``) per client.
         client_classes: one list of classes in ``[0, 6)`` per client; every client holds all six when ``None``.
         disjoint_samples: whether clients that hold the same class share its samples out or all get them.
         standardize: whether to standardise each client's features with its training statistics.
-        val_fraction: share of each client's samples held out for validation.
-        test_fraction: share of each client's samples held out for testing.
-        batch_size: training batch size.
-        eval_batch_size: validation and test batch size.
         seed: seed of the sharing and of the clients' splits.
 
     Example:
@@ -163,8 +162,6 @@ class SatelliteFederation(FederatedDataModule):
             raise ValueError("`client_bands` must list at least one client")
         for index, bands in enumerate(client_bands):
             _check_bands(bands, f"client_bands[{index}]")
-        check_fractions(val_fraction, test_fraction)
-        self.save_hyperparameters()
         self.client_bands = [tuple(bands) for bands in client_bands]
         self.client_classes = resolve_client_classes(client_classes, len(client_bands), NUM_CLASSES)
         self._split_rows: dict[str, dict[str, np.ndarray]] = {}

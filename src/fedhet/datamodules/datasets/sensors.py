@@ -19,8 +19,8 @@ import torch
 from torch import Tensor
 
 from fedhet.datamodules.client import ClientDataModule
-from fedhet.datamodules.datasets._common import check_fractions, class_shares, derived_seed
-from fedhet.datamodules.federated import FederatedDataModule
+from fedhet.datamodules.datasets._common import class_shares, derived_seed
+from fedhet.datamodules.splits import SplitFederation
 from fedhet.functional.spd import tangent_vectors, trial_covariances
 
 SENSOR_DATASETS: dict[str, tuple[int, int]] = {"japanese_vowels": (12, 9), "basic_motions": (6, 4)}
@@ -72,7 +72,7 @@ class _SensorConfig(Protocol):
     seed: int
 
 
-class SensorCovarianceFederation(FederatedDataModule):
+class SensorCovarianceFederation(SplitFederation):
     """Clients that each record a random subset of a sensor dataset's channels, with covariance tangent features.
 
     Client ``i`` draws its number of channels uniformly in ``[min_channels, max_channels]`` and that many channels at
@@ -84,6 +84,9 @@ class SensorCovarianceFederation(FederatedDataModule):
     per-channel constant of the sensor, not fitted per client). Each client splits its trials at random into train,
     validation and test parts. Client ids are ``client_00``, ``client_01``...
 
+    ``val_fraction``, ``test_fraction``, ``batch_size``, ``eval_batch_size`` and ``seed`` are the split arguments of
+    :class:`~fedhet.datamodules.SplitFederation`, described there; below, only what they mean here.
+
     Args:
         dataset: ``"japanese_vowels"`` (12 channels, 9 speakers) or ``"basic_motions"`` (6 channels, 4 activities).
         num_clients: number of clients.
@@ -93,8 +96,6 @@ class SensorCovarianceFederation(FederatedDataModule):
         shrinkage: covariance shrinkage towards the scaled identity.
         val_fraction: share of each client's trials held out for validation.
         test_fraction: share of each client's trials held out for testing.
-        batch_size: training batch size.
-        eval_batch_size: validation and test batch size.
         seed: seed of the montages, the class assignment, the sharing and the splits.
 
     """
@@ -126,8 +127,6 @@ class SensorCovarianceFederation(FederatedDataModule):
             raise ValueError(f"`classes_per_client` must be in [1, {classes}], got {classes_per_client}")
         if num_clients < 1:
             raise ValueError(f"`num_clients` must be at least 1, got {num_clients}")
-        check_fractions(val_fraction, test_fraction)
-        self.save_hyperparameters()
         self._montages: dict[str, np.ndarray] = {}
 
     @property

@@ -26,7 +26,7 @@ from torch import Tensor
 
 from fedhet.datamodules.client import ClientDataModule, held_out_splits
 from fedhet.datamodules.datasets._common import derived_seed, fit_standardizer, parse_csv, vendored_bytes
-from fedhet.datamodules.federated import FederatedDataModule
+from fedhet.datamodules.splits import SplitFederation
 
 VOWELS: tuple[str, ...] = ("hid", "hId", "hEd", "hAd", "hYd", "had", "hOd", "hod", "hUd", "hud", "hed")
 """The eleven classes, indexed by label, as mlbench names them (the words heed, hid, head, had, hard, hud, hod,
@@ -115,7 +115,7 @@ class _VowelConfig(Protocol):
     seed: int
 
 
-class VowelFederation(FederatedDataModule):
+class VowelFederation(SplitFederation):
     """One client per speaker of the Deterding vowels: the same eleven classes everywhere, each voice its own shift.
 
     Every client holds one speaker's 66 utterances (six repetitions of each vowel). Whole repetitions are held out:
@@ -128,13 +128,15 @@ class VowelFederation(FederatedDataModule):
     The classic benchmark split (speakers 0-7 train, 8-14 test) asks for speaker-independent recognition; this
     federation instead asks each speaker for a model of their own voice.
 
+    ``batch_size``, ``eval_batch_size`` and ``seed`` are split arguments of
+    :class:`~fedhet.datamodules.SplitFederation`, described there (the held-out parts are repetitions, not shares);
+    below, only what they mean here.
+
     Args:
         speakers: the speakers that are clients, from 0..14; all fifteen when ``None``.
         test_repetitions: repetitions of each vowel per speaker held out for testing, in ``[1, 5]``.
         val_repetitions: repetitions held out for validation; ``test_repetitions + val_repetitions`` must be below 6.
         standardize: whether each client standardises its features with its training statistics.
-        batch_size: training batch size.
-        eval_batch_size: validation and test batch size.
         seed: seed of the held-out repetitions and of the clients' batch order.
 
     Example:
@@ -165,7 +167,6 @@ class VowelFederation(FederatedDataModule):
                 f"`val_repetitions` must be >= 0 and leave at least one of {REPETITIONS} repetitions for training"
                 f" (test_repetitions={test_repetitions}), got {val_repetitions}"
             )
-        self.save_hyperparameters()
         self.speakers = chosen
 
     @property
