@@ -45,6 +45,10 @@ PRELOAD = (
     "fedhet.experiments.warm",
     "matplotlib.pyplot",
     "optuna",
+    "sklearn.datasets",  # the digits federations' data
+    "torch.utils.serialization",  # a checkpoint's save and load
+    "fsspec.implementations.chained",
+    "encodings.utf_8_sig",  # a CSV federation's files
 )
 """The modules the fork server imports; every module of ``fedhet.modules``, ``fedhet.datamodules`` (with its datasets)
 and ``fedhet.callbacks`` is added (:func:`_preload`). A module that cannot be imported (an extra not installed) is
