@@ -345,12 +345,13 @@ def resume_point(folder: Path) -> tuple[Path, int] | None:
     A checkpoint that cannot be read (:func:`~fedhet.plugins.storage.checkpoint.load_checkpoint` refuses it) is renamed
     ``last.ckpt.unreadable`` with a warning, so that neither this run nor a later one resumes from it.
     """
-    from fedhet.plugins.storage.checkpoint import load_checkpoint
-    from fedhet.plugins.storage.run_folder import latest_checkpoint
+    from fedhet.plugins.storage.versions import latest_checkpoint
 
     path = latest_checkpoint(folder)
     if path is None:
         return None
+    from fedhet.plugins.storage.checkpoint import load_checkpoint  # torch: only when there is one to read
+
     try:
         done = load_checkpoint(path).round
     except (ValueError, KeyError, TypeError) as err:

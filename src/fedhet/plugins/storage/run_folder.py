@@ -14,7 +14,6 @@ import csv
 import io
 import logging
 import os
-import re
 import socket
 import time
 import uuid
@@ -30,10 +29,10 @@ from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 
 from fedhet.plugins.storage.client_store import remove_dead_spills
 from fedhet.plugins.storage.files import atomic_write, try_lock
+from fedhet.plugins.storage.versions import VERSION_FOLDER, latest_checkpoint, versions
 
 log = logging.getLogger(__name__)
 
-_VERSION = re.compile(r"version_(\d+)")
 
 #: in a version folder: the lock its command holds, and who that command is
 LOCK_NAME, HOLDER_NAME = ".fedhet.lock", ".fedhet.holder"
@@ -43,29 +42,11 @@ class RunFolderHeldError(RuntimeError):
     """A command asked for a version folder that another command holds."""
 
 
-def versions(root: str | Path) -> list[int]:
-    """The version numbers of the ``version_N`` folders under ``root``, in increasing order."""
-    root = Path(root)
-    if not root.is_dir():
-        return []
-    found = (_VERSION.fullmatch(p.name) for p in root.iterdir() if p.is_dir())
-    return sorted(int(m.group(1)) for m in found if m is not None)
-
-
-def latest_checkpoint(root: str | Path) -> Path | None:
-    """``checkpoints/last.ckpt`` of the latest version under ``root`` that has one (``None``: no version has)."""
-    for version in reversed(versions(root)):
-        path = Path(root) / f"version_{version}" / "checkpoints" / "last.ckpt"
-        if path.is_file():
-            return path
-    return None
-
-
 def version_of(path: str | Path, root: str | Path) -> int | None:
     """The version whose folder holds the checkpoint ``path`` (``<root>/version_N/checkpoints/*.ckpt``), or ``None``."""
     path, root = Path(path).resolve(), Path(root).resolve()
     folder = path.parent.parent
-    match = _VERSION.fullmatch(folder.name)
+    match = VERSION_FOLDER.fullmatch(folder.name)
     if match is None or path.parent.name != "checkpoints" or folder.parent != root:
         return None
     return int(match.group(1))

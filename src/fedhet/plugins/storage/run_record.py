@@ -32,6 +32,7 @@ from typing import Any, ClassVar
 
 from fedhet.core.provenance import environment, file_sha256, files_read, module_digests, source_tree, user_packages
 from fedhet.plugins.storage.files import atomic_write
+from fedhet.plugins.storage.versions import versions
 
 log = logging.getLogger(__name__)
 
@@ -305,19 +306,9 @@ def resolved_config_text(folder: str | Path) -> str:
     return (Path(folder) / CONFIG_FILE).read_text()
 
 
-def _versions(root: str | Path) -> list[int]:
-    """:func:`~fedhet.plugins.storage.run_folder.versions`, imported on use.
-
-    That module loads Lightning's loggers, which a suite's parent process (``fedhet compare``) does not need.
-    """
-    from fedhet.plugins.storage.run_folder import versions
-
-    return versions(root)
-
-
 def latest_version(root: str | Path) -> int | None:
     """The highest ``version_N`` under a run's root (``None``: none yet)."""
-    found = _versions(root)
+    found = versions(root)
     return found[-1] if found else None
 
 
@@ -328,7 +319,7 @@ def versions_since(root: str | Path, before: int | None, count: int) -> list[Pat
         RuntimeError: when fewer than ``count`` were written.
 
     """
-    made = [v for v in _versions(root) if before is None or v > before]
+    made = [v for v in versions(root) if before is None or v > before]
     if len(made) < count:
         raise RuntimeError(f"{count} version folders should have been written under '{root}', found {len(made)}")
     return [Path(root) / f"version_{v}" for v in made[-count:]]
@@ -339,7 +330,7 @@ def recorded_cpu(root: str | Path) -> float | None:
 
     ``None`` when the root holds no version folder, or one whose commands recorded nothing (a fedhet before records).
     """
-    found = _versions(root)
+    found = versions(root)
     records = [read_records(Path(root) / f"version_{v}") for v in found]
     if not found or not all(records):
         return None
