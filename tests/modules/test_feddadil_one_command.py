@@ -6,7 +6,7 @@ import yaml
 
 from fedhet.cli import main
 from fedhet.plugins.storage.checkpoint import load_checkpoint
-from fedhet.plugins.storage.run_folder import versions
+from fedhet.plugins.storage.versions import versions
 
 DATA = {
     "class_path": "fedhet.datamodules.RotatedBlobsDomains",

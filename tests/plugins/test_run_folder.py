@@ -12,7 +12,8 @@ from fedhet.cli import main
 from fedhet.modules import FedAvg, FedRep
 from fedhet.plugins import FederatedTrainer, Processes, Reporting
 from fedhet.plugins.storage.checkpoint import load_checkpoint
-from fedhet.plugins.storage.run_folder import claim_version, latest_checkpoint, version_of, versions
+from fedhet.plugins.storage.run_folder import claim_version, version_of
+from fedhet.plugins.storage.versions import latest_checkpoint, versions
 from tests.trainer_options import trainer_options
 
 FEDAVG = str(Path(__file__).parents[2] / "configs" / "fedavg" / "digits.yaml")

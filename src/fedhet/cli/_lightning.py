@@ -25,7 +25,8 @@ from fedhet.modules.base import FederatedModule
 from fedhet.plugins import FederatedTrainer, Reporting
 from fedhet.plugins.processes.threads import pin_threads
 from fedhet.plugins.rounds.epochs import epoch_schedule
-from fedhet.plugins.storage.run_folder import config_root, latest_checkpoint
+from fedhet.plugins.storage.run_folder import config_root
+from fedhet.plugins.storage.versions import latest_checkpoint
 
 _DEFAULT_ROUNDS = inspect.signature(FederatedTrainer).parameters["rounds"].default
 

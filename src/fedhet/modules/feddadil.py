@@ -41,7 +41,8 @@ from fedhet.modules.base import FederatedModule
 from fedhet.modules.blocks import mlp
 from fedhet.plugins.storage.checkpoint import FORMAT as CHECKPOINT_FORMAT
 from fedhet.plugins.storage.checkpoint import load_checkpoint
-from fedhet.plugins.storage.run_folder import config_root, latest_checkpoint
+from fedhet.plugins.storage.run_folder import config_root
+from fedhet.plugins.storage.versions import latest_checkpoint
 
 #: what a client uploads (its atom version) and what the server broadcasts (the global dictionary)
 #: logit of the true class in the initial atom labels of the softmax parametrisation (softmax(10) is ~1 - 4e-4 c)
