@@ -55,7 +55,7 @@ from _gl_authors import (  # noqa: E402
 )
 
 from fedhet.callbacks.base import FederatedCallback  # noqa: E402
-from fedhet.core import ClientState, ServerAccess  # noqa: E402
+from fedhet.core import ClientState, LocalPhase, ServerAccess  # noqa: E402
 from fedhet.core.spec import ClientSpec  # noqa: E402
 from fedhet.datamodules.datasets.heart import GL_SITES, HeartFederation  # noqa: E402
 from fedhet.modules.global_layers import GlobalLayers  # noqa: E402
@@ -195,6 +195,17 @@ class _EpochBatches:
         return iter(self.epochs[self.passes - 1])
 
 
+class _FixedBatchesGlobalLayers(GlobalLayers):
+    """GL whose one phase takes its ``B`` steps from the client's own loader.
+
+    Here that loader is :class:`_EpochBatches`' fixed batches; the batch-aligned phase would draw its own shuffled
+    batches from the training set.
+    """
+
+    def local_phases(self) -> list[LocalPhase]:
+        return [LocalPhase("local", steps=self.batches_per_epoch)]
+
+
 def same_start_federation_gap(checkout: Path, seed: int, epochs: int, batches: int) -> list[dict[str, float]]:
     """Largest test-logit gap per client after each epoch of the whole GL federation, one start, one batch stream.
 
@@ -243,7 +254,7 @@ def same_start_federation_gap(checkout: Path, seed: int, epochs: int, batches: i
     torch.manual_seed(seed)
     with tempfile.TemporaryDirectory() as root:
         federation = quiet_trainer(epochs, seed, root, callbacks=[SameStart()])
-        model = GlobalLayers(width=128, batches_per_epoch=batches, aggregate_every="epoch")
+        model = _FixedBatchesGlobalLayers(width=128, batches_per_epoch=batches, aggregate_every="epoch")
         federation.fit(model, HeartFederation(sites=GL_SITES, missing="code", seed=seed))
     return [{cid: float((a[cid] - b[cid]).abs().max()) for cid in a} for a, b in zip(theirs, ours, strict=True)]
 
