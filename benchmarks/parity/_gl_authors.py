@@ -59,7 +59,7 @@ class _Table(Dataset):
     """The few members of the reference's ``HeartDataset`` its trainer and model loader read."""
 
     def __init__(self, x: torch.Tensor, y: torch.Tensor) -> None:
-        self.X, self.y = x.float(), y.long()
+        self.X, self.y = x.to(torch.get_default_dtype()), y.long()  # float32 unless a check asks for float64
         self.n_samples = len(self.X)
 
     def get_input_shape(self) -> tuple[int, ...]:

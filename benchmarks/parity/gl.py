@@ -31,10 +31,12 @@ of its own build, :class:`ReferenceStart`) and the files are ``parity_gl_refstar
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import statistics
 import sys
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -57,6 +59,7 @@ from _gl_authors import (  # noqa: E402
 from fedhet.callbacks.base import FederatedCallback  # noqa: E402
 from fedhet.core import ClientState, LocalPhase, ServerAccess  # noqa: E402
 from fedhet.core.spec import ClientSpec  # noqa: E402
+from fedhet.plugins import Processes  # noqa: E402
 from fedhet.datamodules.datasets.heart import GL_SITES, HeartFederation  # noqa: E402
 from fedhet.modules.global_layers import GlobalLayers  # noqa: E402
 
@@ -206,15 +209,38 @@ class _FixedBatchesGlobalLayers(GlobalLayers):
         return [LocalPhase("local", steps=self.batches_per_epoch)]
 
 
-def same_start_federation_gap(checkout: Path, seed: int, epochs: int, batches: int) -> list[dict[str, float]]:
+@contextlib.contextmanager
+def _default_dtype(dtype: torch.dtype) -> Iterator[None]:
+    """Torch's default floating dtype set to ``dtype`` for the block (the reference builds its models with it)."""
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(before)
+
+
+def same_start_federation_gap(
+    checkout: Path, seed: int, epochs: int, batches: int, dtype: torch.dtype = torch.float32
+) -> list[dict[str, float]]:
     """Largest test-logit gap per client after each epoch of the whole GL federation, one start, one batch stream.
 
     The reference's ``Trainer`` (averaging, AdamW states, its epoch loop with its validation pass) and fedhet's
     ``FederatedTrainer`` (``aggregate_every="epoch"``) start from the reference's initial models, each client from
     its own (global layers included, as the reference starts: :class:`ReferenceStart`'s per-client round-0 payload),
-    and each client trains on the same fixed batches of ``floor(n / batches)`` rows in each epoch.
+    and each client trains on the same fixed batches of ``floor(n / batches)`` rows in each epoch. With ``dtype``
+    ``torch.float64`` both sides compute in double precision (the reference's models, the tensors, fedhet's
+    ``precision="64-true"``): a gap that vanishes there is float32 rounding grown by training, not a different
+    computation.
     """
+    with _default_dtype(dtype):
+        return _federation_gap(checkout, seed, epochs, batches, dtype)
+
+
+def _federation_gap(checkout: Path, seed: int, epochs: int, batches: int, dtype: torch.dtype) -> list[dict[str, float]]:
     clients = heart_clients(seed)
+    for client in clients:
+        client.parts = {part: (x.to(dtype), y) for part, (x, y) in client.parts.items()}
     generator = torch.Generator().manual_seed(seed)
     fixed: dict[str, list[list[tuple[torch.Tensor, torch.Tensor]]]] = {}
     for client in clients:
@@ -253,7 +279,9 @@ def same_start_federation_gap(checkout: Path, seed: int, epochs: int, batches: i
 
     torch.manual_seed(seed)
     with tempfile.TemporaryDirectory() as root:
-        federation = quiet_trainer(epochs, seed, root, callbacks=[SameStart()])
+        precision = "64-true" if dtype == torch.float64 else "32-true"
+        processes = Processes(accelerator="cpu", precision=precision)
+        federation = quiet_trainer(epochs, seed, root, callbacks=[SameStart()], processes=processes)
         model = _FixedBatchesGlobalLayers(width=128, batches_per_epoch=batches, aggregate_every="epoch")
         federation.fit(model, HeartFederation(sites=GL_SITES, missing="code", seed=seed))
     return [{cid: float((a[cid] - b[cid]).abs().max()) for cid in a} for a, b in zip(theirs, ours, strict=True)]
@@ -384,6 +412,21 @@ REFERENCE_START_NOTE = [
 ]
 
 
+def _federation_gap_note(gaps: list[dict[str, float]] | None, precision: str) -> list[str]:
+    """The notes' lines on :func:`same_start_federation_gap`'s per-epoch gaps (none when it was not run)."""
+    if not gaps:
+        return []
+    epochs = ", ".join(str(e + 1) for e in range(len(gaps)))
+    per_client = "; ".join(f"{cid} " + " / ".join(f"{gap[cid]:.0e}" for gap in gaps) for cid in gaps[0])
+    return [
+        "",
+        f"The whole GL federation from one start (`same_start_federation_gap`, seed 0, {precision}): the reference's"
+        " `Trainer` and fedhet's `FederatedTrainer` from the reference's initial models (each client's own, global"
+        " layers included) on the same batches, averaging once per epoch; largest test-logit difference after epochs"
+        f" {epochs}: {per_client}.",
+    ]
+
+
 def write_results(
     runs: list[HeartRun],
     references: dict[str, Path],
@@ -391,12 +434,14 @@ def write_results(
     batches: int,
     gaps: dict[str, tuple[float, ...]],
     federation_gaps: list[dict[str, float]] | None = None,
+    federation_gaps64: list[dict[str, float]] | None = None,
     reference_start: bool = False,
 ) -> str:
     """The side-by-side table (``results/parity_gl.{md,csv}``) and every run's scores (``parity_gl_runs.csv``).
 
     ``gaps``: :func:`same_start_gap` per client (seed 0) after one epoch and after ``epochs``, in the notes;
-    ``federation_gaps``: :func:`same_start_federation_gap` (seed 0) per epoch. With ``reference_start`` the files are
+    ``federation_gaps`` / ``federation_gaps64``: :func:`same_start_federation_gap` (seed 0) per epoch, in float32 and in
+    float64. With ``reference_start`` the files are
     ``parity_gl_refstart*`` and fedhet's GL runs started as the reference does (:class:`ReferenceStart`).
     """
     name = f"{NAME}_refstart" if reference_start else NAME
@@ -441,24 +486,8 @@ def write_results(
                 if gaps
                 else []
             ),
-            *(
-                [
-                    "",
-                    "The whole GL federation from one start (`same_start_federation_gap`, seed 0): the reference's"
-                    " `Trainer` and fedhet's `FederatedTrainer` from the reference's initial models (each client's"
-                    " own, global layers included) on the same batches, averaging once per epoch; largest test-logit"
-                    " difference after epochs "
-                    + ", ".join(str(e + 1) for e in range(len(federation_gaps)))
-                    + ": "
-                    + "; ".join(
-                        f"{cid} " + " / ".join(f"{gap[cid]:.0e}" for gap in federation_gaps)
-                        for cid in federation_gaps[0]
-                    )
-                    + ".",
-                ]
-                if federation_gaps
-                else []
-            ),
+            *_federation_gap_note(federation_gaps, "float32"),
+            *_federation_gap_note(federation_gaps64, "float64 on both sides"),
         ],
         env=env,
     )
@@ -506,17 +535,27 @@ def main() -> None:
                     references["GL authors"], clients, seed, args.epochs, args.batches, federate=method == "GL"
                 )
                 record(HeartRun("GL authors", method, seed, scores, cpu), args.root, name)
-    gaps, federation_gaps = {}, None
+    gaps, federation_gaps, federation_gaps64 = {}, None, None
     if "GL authors" in references:
         for client in heart_clients(0):
             gaps[client.client_id] = tuple(
                 same_start_gap(references["GL authors"], client, 0, epochs, args.batches) for epochs in (1, args.epochs)
             )
         federation_gaps = same_start_federation_gap(references["GL authors"], 0, args.epochs, args.batches)
+        federation_gaps64 = same_start_federation_gap(
+            references["GL authors"], 0, args.epochs, args.batches, dtype=torch.float64
+        )
     runs = recorded(args.root, name, HeartRun)
     print(
         write_results(
-            runs, references, args.epochs, args.batches, gaps, federation_gaps, reference_start=args.reference_start
+            runs,
+            references,
+            args.epochs,
+            args.batches,
+            gaps,
+            federation_gaps,
+            federation_gaps64,
+            reference_start=args.reference_start,
         )
     )
 
