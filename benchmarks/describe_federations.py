@@ -1,7 +1,8 @@
 """A table of every shipped config's federation: clients, feature dimensions, classes and samples per client.
 
 Run from the repository root: ``python benchmarks/describe_federations.py``. Writes
-``benchmarks/results/federations.md``. Each config's ``data`` block is instantiated exactly as ``fedhet fit`` would.
+``benchmarks/results/federations.md`` with the environment footer (command, commit, machine). Each config's
+``data`` block is instantiated exactly as ``fedhet fit`` would.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
+from _common import environment  # benchmarks/ is on the path when run as a script
 from fedhet.cli import FederatedCLI
 
 ROOT = Path(__file__).parents[1]
@@ -45,6 +47,7 @@ def main() -> None:
         rows.append(f"| {path.relative_to(ROOT)} | {len(specs)} | {dims} | {classes} | {sizes} |")
         print(rows[-1], flush=True)
     out = ROOT / "benchmarks" / "results" / "federations.md"
+    rows += ["", *(f"- {key}: `{value}`" for key, value in environment().items())]  # check_results reads it
     out.write_text("\n".join(rows) + "\n")
     print(f"written {out}")
 
