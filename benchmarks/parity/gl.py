@@ -45,7 +45,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _harness import RoundClock, git_commit, record, recorded, recorded_command, reference_kind  # noqa: E402, I001  (puts benchmarks/ on the path)
+from _harness import WORKLOAD, RoundClock, git_commit, record, recorded, recorded_command, reference_kind  # noqa: E402, I001  (puts benchmarks/ on the path)
 from _common import environment, quiet_trainer, write_table  # noqa: E402
 from _gl_authors import (  # noqa: E402
     METRICS,
@@ -446,7 +446,7 @@ def write_results(
     """
     name = f"{NAME}_refstart" if reference_start else NAME
     reference = "GL authors"
-    env = environment()
+    env = environment(config=WORKLOAD)
     env["command"] = recorded_command(env["command"], references)
     used = "; ".join(f"{kind} at commit {git_commit(path)}" for kind, path in references.items()) or "none"
     text = write_table(
