@@ -121,6 +121,7 @@ class RunResult:
 WORKLOAD = "none: the script builds its workload from fedhet's data and the references' recipe (docstring); no suite"
 """What a parity table's footer names as its config: each script sets its data, model and budget in code."""
 
+
 def body_and_head(setting: Setting) -> tuple[nn.Module, nn.Linear]:
     """The body every side uses (fedhet's own builders: ``mlp(784, [128])`` or the paper's CNN) and a linear head."""
     body = cnn28_body() if setting.network == "cnn" else mlp(28 * 28, [FEATURE_DIM])[0]
