@@ -18,7 +18,8 @@ files its datasets read. A run is **stale** only when one of those files differs
 when the suite file no longer holds its federation, method or seed, or gives its method other fixed overrides or
 another config; a change anywhere else under ``src/fedhet`` leaves it fresh. A table is stale when one of its runs
 is, **unverifiable** when a run recorded no sources (a fedhet before the run record) or read a file outside the
-repository, and **no raw results** when its folder holds no ``runs.jsonl`` (a table from before raw results were
+repository that ``benchmarks/external_data.yaml`` does not pin (a pinned one counts when the run read exactly the
+pinned bytes, and makes the run stale when it read others), and **no raw results** when its folder holds no ``runs.jsonl`` (a table from before raw results were
 kept: regenerate it with ``fedhet compare``). A changed search space or tuning budget is not seen here (``fedhet
 compare`` tunes again in a new study and runs the method again).
 
@@ -73,6 +74,8 @@ SUITE_TABLES = "suites/*/table.md"
 """A suite's results (``fedhet compare``), under ``benchmarks/results/``."""
 RUNS_FILE, SOURCES_FILE = "runs.jsonl", "sources.json"
 OUTSIDE = "<outside>"  # a file a run read outside any work tree (fedhet.core.provenance.repo_label)
+PINS = "benchmarks/external_data.yaml"
+"""The sha256 of the data files suites read from outside the repository (MNIST-5k, Fashion-MNIST), by file name."""
 
 
 @dataclass(frozen=True)
@@ -130,17 +133,36 @@ def check_file(root: Path, results: Path, against: str = "HEAD") -> Verdict:
 
 
 class _Contents:
-    """The sha256 of files at one commit, each read once (``None``: the commit holds no such file)."""
+    """The sha256 of files at one commit, each read once (``None``: the commit holds no such file), and its pins."""
 
     def __init__(self, root: Path, against: str) -> None:
         self.root, self.against = root, against
         self._known: dict[str, str | None] = {}
+        self.pins = external_pins(root, against)
 
     def sha256(self, path: str) -> str | None:
         if path not in self._known:
             shown = subprocess.run(["git", "show", f"{self.against}:{path}"], cwd=self.root, capture_output=True)
             self._known[path] = hashlib.sha256(shown.stdout).hexdigest() if shown.returncode == 0 else None
         return self._known[path]
+
+
+def external_pins(root: Path, against: str = "HEAD") -> dict[str, str]:
+    """File name -> sha256 of the outside data files :data:`PINS` pins at ``against`` (empty without the file).
+
+    Raises:
+        ValueError: when the file is not a mapping of names to entries with a 64-digit hex ``sha256``.
+
+    """
+    shown = _git(root, "show", f"{against}:{PINS}")
+    raw = yaml.safe_load(shown.stdout) if shown.returncode == 0 else {}
+    pins: dict[str, str] = {}
+    for name, entry in (raw or {}).items() if isinstance(raw, dict) else [(PINS, None)]:
+        digest = entry.get("sha256") if isinstance(entry, dict) else None
+        if not isinstance(digest, str) or not re.fullmatch(r"[0-9a-f]{64}", digest):
+            raise ValueError(f"{PINS}: {name}: expected a mapping with a 64-digit hex `sha256`")
+        pins[str(name)] = digest
+    return pins
 
 
 def _module_paths(module: str) -> tuple[str, str]:
@@ -171,7 +193,11 @@ def _changed_inputs(row: dict[str, object], sources: dict[str, str], files: _Con
         recorded = row.get(field) or {}
         for label, digest in recorded.items() if isinstance(recorded, dict) else ():
             if label.startswith(OUTSIDE):
-                unverifiable.append(label)
+                pinned = files.pins.get(posixpath.basename(label))
+                if pinned is None:
+                    unverifiable.append(label)
+                elif pinned != digest:
+                    changed.append(f"{label} (not the bytes {PINS} pins)")
                 continue
             found = [path for path in (label, f"src/{label}") if files.sha256(path) is not None]
             if not found or files.sha256(found[0]) != digest:

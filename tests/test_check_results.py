@@ -253,6 +253,46 @@ def test_tables_without_raw_results_or_sources_say_so(suite_repo: Path) -> None:
     assert (verdict.status, verdict.commit) == ("no raw results", "c0ffee")
 
 
+def test_outside_data_counts_when_it_is_the_pinned_bytes(suite_repo: Path) -> None:
+    repo, digest = suite_repo, "ab" * 32
+    _write_results(repo, [_run("fedavg", 0, data_files={"<outside>/mnist_5k.csv.gz": digest})])
+    assert check_results.check_suite(repo, TABLE).status == "unverifiable"  # no pin yet
+    _commit(repo, {check_results.PINS: f"mnist_5k.csv.gz:\n  sha256: {digest}\n  where: a package\n"}, "pin")
+    assert check_results.check_suite(repo, TABLE).status == "fresh"
+    _commit(repo, {check_results.PINS: f"mnist_5k.csv.gz:\n  sha256: {'cd' * 32}\n"}, "other bytes pinned")
+    verdict = check_results.check_suite(repo, TABLE)
+    assert (verdict.status, verdict.changed) == ("stale", (f"<outside>/mnist_5k.csv.gz (not the bytes {check_results.PINS} pins)",))
+    _commit(repo, {check_results.PINS: "mnist_5k.csv.gz:\n  sha256: abc\n"}, "a broken pin")
+    with pytest.raises(ValueError, match="mnist_5k.csv.gz: expected a mapping with a 64-digit hex `sha256`"):
+        check_results.check_suite(repo, TABLE)
+
+
+def _installed_copies() -> list[tuple[str, Path | None]]:
+    """Each pinned file and where this machine has it (``None``: not installed here)."""
+    from fedhet.datamodules.datasets import fashion_mnist_dir
+    from fedhet.datamodules.datasets.mnist import mnist5k_path
+
+    try:
+        fashion: Path | None = fashion_mnist_dir()
+    except FileNotFoundError:
+        fashion = None
+    try:
+        mnist: Path | None = mnist5k_path()
+    except (ModuleNotFoundError, FileNotFoundError):
+        mnist = None
+    root = Path(__file__).resolve().parent.parent
+    names = check_results.external_pins(root)
+    return [(n, mnist if n == "mnist_5k.csv.gz" else fashion / n if fashion else None) for n in sorted(names)]
+
+
+@pytest.mark.parametrize(("name", "path"), _installed_copies(), ids=lambda v: v if isinstance(v, str) else "")
+def test_the_pins_are_the_bytes_this_machine_installs(name: str, path: Path | None) -> None:
+    if path is None:
+        pytest.skip(f"{name} is not installed here (benchmarks/external_data.yaml says where it comes from)")
+    pinned = check_results.external_pins(Path(__file__).resolve().parent.parent)[name]
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == pinned, f"{path} is not the file the tables read"
+
+
 def test_check_all_lists_suite_results_beside_the_files(suite_repo: Path) -> None:
     repo = suite_repo
     measured = _git(repo, "rev-parse", "HEAD")
