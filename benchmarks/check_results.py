@@ -19,9 +19,9 @@ when the suite file no longer holds its federation, method or seed, or gives its
 another config; a change anywhere else under ``src/fedhet`` leaves it fresh. A table is stale when one of its runs
 is, **unverifiable** when a run recorded no sources (a fedhet before the run record) or read a file outside the
 repository that ``benchmarks/external_data.yaml`` does not pin (a pinned one counts when the run read exactly the
-pinned bytes, and makes the run stale when it read others), and **no raw results** when its folder holds no ``runs.jsonl`` (a table from before raw results were
-kept: regenerate it with ``fedhet compare``). A changed search space or tuning budget is not seen here (``fedhet
-compare`` tunes again in a new study and runs the method again).
+pinned bytes, and makes the run stale when it read others), and **no raw results** when its folder holds no
+``runs.jsonl`` (a table from before raw results were kept: regenerate it with ``fedhet compare``). A changed search
+space or tuning budget is not seen here (``fedhet compare`` tunes again in a new study and runs the method again).
 
 Usage::
 

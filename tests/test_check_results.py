@@ -261,7 +261,10 @@ def test_outside_data_counts_when_it_is_the_pinned_bytes(suite_repo: Path) -> No
     assert check_results.check_suite(repo, TABLE).status == "fresh"
     _commit(repo, {check_results.PINS: f"mnist_5k.csv.gz:\n  sha256: {'cd' * 32}\n"}, "other bytes pinned")
     verdict = check_results.check_suite(repo, TABLE)
-    assert (verdict.status, verdict.changed) == ("stale", (f"<outside>/mnist_5k.csv.gz (not the bytes {check_results.PINS} pins)",))
+    assert (verdict.status, verdict.changed) == (
+        "stale",
+        (f"<outside>/mnist_5k.csv.gz (not the bytes {check_results.PINS} pins)",),
+    )
     _commit(repo, {check_results.PINS: "mnist_5k.csv.gz:\n  sha256: abc\n"}, "a broken pin")
     with pytest.raises(ValueError, match="mnist_5k.csv.gz: expected a mapping with a 64-digit hex `sha256`"):
         check_results.check_suite(repo, TABLE)
