@@ -77,8 +77,8 @@ class TensorBatchLoader:
 
     For data that already sits in memory as two tensors, a ``DataLoader`` spends more per batch on samplers, fetchers
     and profiling hooks than a small model spends on its step; this iterable only draws one permutation per pass (from
-    the global torch RNG, so seeding it fixes the order) and slices. Any Lightning ``Trainer`` accepts it as a
-    dataloader.
+    the global torch RNG, so seeding it fixes the order), gathers the pass's samples in that order at once and slices
+    them into batches (views). Any Lightning ``Trainer`` accepts it as a dataloader.
 
     Args:
         dataset: the in-memory split.
@@ -110,5 +110,7 @@ class TensorBatchLoader:
         order = torch.randperm(y.shape[0])
         if order.device != x.device:
             order = order.to(x.device)
-        for index in order.split(self.batch_size):
-            yield x.index_select(0, index), y.index_select(0, index)
+        x, y = x.index_select(0, order), y.index_select(0, order)  # one gather per pass, not two per batch
+        size = self.batch_size
+        for start in range(0, y.shape[0], size):
+            yield x[start : start + size], y[start : start + size]
