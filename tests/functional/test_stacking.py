@@ -33,3 +33,15 @@ def test_stack_padded_pads_with_zero_rows_and_masks_them():
         assert ys[k][mask[k]].tolist() == y[k].tolist()
         assert not xs[k][~mask[k]].any()
         assert not ys[k][~mask[k]].any()
+
+
+def test_stack_padded_of_equal_batches_is_their_stack_with_a_full_mask():
+    gen = torch.Generator().manual_seed(0)
+    batches = [(torch.randn(3, 2, generator=gen), torch.arange(3) + k) for k in range(4)]
+    (xs, ys), mask = stack_padded(batches)
+    assert torch.equal(xs, torch.stack([x for x, _ in batches]))
+    assert xs.stride() == (6, 2, 1)
+    assert torch.equal(ys, torch.stack([y for _, y in batches]))
+    assert mask.dtype == torch.bool
+    assert mask.shape == (4, 3)
+    assert bool(mask.all())
