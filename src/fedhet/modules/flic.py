@@ -8,8 +8,9 @@ latent vectors. The server averages the clients' anchors (:class:`~fedhet.callba
 paper's baselines on the same networks, :class:`HetFedRep` (no alignment) and :class:`HetLocal` (nothing shared).
 
 :class:`FLIC` composes parts with one job each: the anchor terms of the loss (:mod:`~fedhet.modules.flic_terms`), the
-terms of each phase's steps and their draws for the stacked path (:mod:`~fedhet.modules.flic_steps`), the two anchor
-update rules (:mod:`~fedhet.modules.flic_anchor_rules`), the preparation of the embedding
+terms of each phase's steps, their sum and their draws for the stacked path (:mod:`~fedhet.modules.flic_steps`), the
+two anchor update rules (:mod:`~fedhet.modules.flic_anchor_rules`), the work of its hooks over a participation
+(:mod:`~fedhet.modules.flic_participation`), the preparation of the embedding
 (:mod:`~fedhet.modules.flic_pretraining`), the local schedule (:mod:`~fedhet.modules.flic_schedule`), the networks
 (:mod:`~fedhet.modules.flic_nets`), the optimizers (:mod:`~fedhet.modules.flic_optimizers`), the upload
 (:mod:`~fedhet.modules.flic_uploads`) and the constructor's checks (:mod:`~fedhet.modules.flic_options`); the anchors'
@@ -26,7 +27,8 @@ Under the engine, pre-training and re-alignment are preparation phases stepping 
 as ``train/pretrain_loss``, and the anchor copy is optimizer 2, stepped by every local phase; under a plain
 ``lightning.Trainer`` the module runs both in its own hooks, with the same maths. Clients train in stacks too
 (``StackedRunner``): one loss, :meth:`FLIC.loss_terms`, over a presence mask of all :math:`C` classes, its draws made
-with the batch (:meth:`FLIC.step_draws`), the numbers ``training_step`` draws.
+with the batch (:meth:`FLIC.step_draws`), the numbers ``training_step`` draws (the stacked path refuses layers that draw
+random numbers, e.g. dropout).
 
 Uploads: the shared parameters (``body.hidden.*`` for FLIC-HL, nothing for FLIC-Class) and the statistics
 ``flic/anchor_means`` :math:`(C, k)` (``flic/anchor_factors`` :math:`(C, k, k)` with learned covariances,
@@ -41,29 +43,27 @@ The reference code's switches are off by default: ``anchor_variance`` ``e``, ``a
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from functools import partial
 from typing import Any, Literal, NamedTuple, cast
 
 import torch
-import torch.nn.functional as F
 from lightning.pytorch import Callback
 from torch import Tensor, nn
 
 from fedhet.callbacks.flic import GLOBAL_FACTORS, GLOBAL_MEANS, AnchorUpdate, flic_upload
 from fedhet.core import ClientSpec, LocalPhase, Stacking, UploadDeclaration
-from fedhet.functional.anchors import anchor_move, initial_anchors
-from fedhet.functional.stacking import masked_mean
+from fedhet.functional.anchors import initial_anchors
 from fedhet.modules.classifier import FederatedClassifier
-from fedhet.modules.flic_anchor_rules import AnchorCopy, CodeAnchorRule, PaperAnchorRule
-from fedhet.modules.flic_nets import Activation, flic_body, frozen_chain
+from fedhet.modules.flic_anchor_rules import CodeAnchorRule, PaperAnchorRule
+from fedhet.modules.flic_nets import Activation, flic_body
 from fedhet.modules.flic_optimizers import engine_optimizers, model_adam
 from fedhet.modules.flic_options import check_flic_options
-from fedhet.modules.flic_pretraining import ALIGNMENT_PHASES, AlignmentRecord, pretrain_embedding
+from fedhet.modules.flic_participation import Participation
+from fedhet.modules.flic_pretraining import ALIGNMENT_PHASES, pretrain_embedding
 from fedhet.modules.flic_schedule import REPRESENTATION, FLICSchedule
 from fedhet.modules.flic_steps import CLIENT_ATTRIBUTES, StepTerms
 from fedhet.modules.flic_terms import AnchorTerms
-from fedhet.modules.flic_uploads import anchor_upload
-from fedhet.plugins.clients.local_loop import phase_loader
 
 
 class _Terms(NamedTuple):
@@ -216,12 +216,11 @@ class FLIC(FederatedClassifier):
         self._upload: dict[str, Tensor] = {}
         self._local_means: Tensor | None = None
         self._local_factors: Tensor | None = None
-        self._anchor_optimizer: torch.optim.Optimizer | None = None  # only when the module steps its anchors itself
-        self._alignment = AlignmentRecord()
         self.terms = AnchorTerms(latent_dim, anchor_variance, anchor_stats, anchor_samples)
         """The anchor terms of the loss (:class:`~fedhet.modules.flic_terms.AnchorTerms`)."""
-        self.code_rule = CodeAnchorRule(self.terms, anchor_lr)
-        self.paper_rule = PaperAnchorRule(self.terms, anchor_lr, lambda_align, lambda_anchor)
+        paper_rule = PaperAnchorRule(self.terms, anchor_lr, lambda_align, lambda_anchor)
+        self.participation = Participation(CodeAnchorRule(self.terms, anchor_lr), paper_rule)
+        """The hooks' work (:class:`~fedhet.modules.flic_participation.Participation`)."""
         self.steps = StepTerms(self.terms, lambda_align, lambda_anchor)
         """The terms of each phase's steps and their draws (:class:`~fedhet.modules.flic_steps.StepTerms`)."""
         self.schedule = FLICSchedule(
@@ -308,7 +307,7 @@ class FLIC(FederatedClassifier):
 
         :meth:`StepTerms.draws <fedhet.modules.flic_steps.StepTerms.draws>` for this client and its anchor copy.
         """
-        objective = self._engine_copy is not None
+        objective = self.participation.engine_copy(self) is not None
         return self.steps.draws(batch, phase, self.spec.num_classes, self.anchor_means.dtype, objective)
 
     def masked_loss(self, batch: Sequence[Tensor], mask: Tensor) -> Tensor:
@@ -316,12 +315,7 @@ class FLIC(FederatedClassifier):
         return self.loss_terms(batch, mask).loss
 
     def stacking(self) -> Stacking | None:
-        """FLIC stacks with every option (the stacked path itself refuses layers that draw, e.g. dropout).
-
-        Its hooks run per client, keeping the attributes they set
-        (:data:`~fedhet.modules.flic_steps.CLIENT_ATTRIBUTES`); its loss is :meth:`masked_loss`, each batch completed
-        by :meth:`step_draws`.
-        """
+        """Every option stacks (hooks per client, keeping :data:`~fedhet.modules.flic_steps.CLIENT_ATTRIBUTES`)."""
         return Stacking(client_attributes=CLIENT_ATTRIBUTES, draws=self.step_draws)
 
     def loss_terms(self, batch: Sequence[Tensor], mask: Tensor | None = None) -> _Terms:
@@ -330,35 +324,20 @@ class FLIC(FederatedClassifier):
         ``batch`` is ``(x, y)`` (``training_step``: every row real, the anchor terms evaluate the batch's classes
         only, and their draws are made here after the forward pass), or ``(x, y, noise, align_noise,
         objective_noise)`` completed by :meth:`step_draws` (under ``vmap``, padded: all :math:`C` classes over a
-        presence mask). In a preparation phase the loss is :meth:`alignment_loss` alone. When the engine steps the
-        anchor copy, its objective (:meth:`CodeAnchorRule.objective
+        presence mask); the terms are :meth:`StepTerms.loss <fedhet.modules.flic_steps.StepTerms.loss>`'s. When the
+        engine steps the anchor copy, its objective (:meth:`CodeAnchorRule.objective
         <fedhet.modules.flic_anchor_rules.CodeAnchorRule.objective>`) joins the loss as ``a - a.detach()``: its
         gradient reaches the copy only, and the loss's value (the one reported) stays the model's.
         """
         x, y = batch[0], batch[1]
         noise, align_noise, objective_noise = (None, None, None) if len(batch) == 2 else tuple(batch[2:5])
         z = self.embedding(x)
+        anchors = (self.anchor_means, self.anchor_factors_or_none())
+        loss, align = self.steps.loss(self._phase, self.classify, z, y, anchors, mask, noise, align_noise)
         if self._phase in ALIGNMENT_PHASES:
-            alignment = self.alignment_loss(z, y, mask=mask)
-            return _Terms(alignment, alignment, z)
-        logits = self.classify(z)
-        if mask is None:
-            loss = F.cross_entropy(logits, y)
-        else:
-            loss = masked_mean(F.cross_entropy(logits, y, reduction="none"), mask)
-        align: Tensor | None = None
-        if self.steps.aligns(self._phase):
-            align = self.alignment_loss(z, y, mask=mask, noise=align_noise)
-            loss = loss + self.lambda_align * align
-        if self.lambda_anchor:
-            anchors = self.terms.classification(
-                self.classify, y, self.anchor_means, self.anchor_factors_or_none(), noise, mask
-            )
-            loss = loss + self.lambda_anchor * anchors
-        copy = self._engine_copy
-        if copy is not None:
-            frozen, factors = self._frozen_classify, self._local_factors
-            anchor = self.code_rule.objective(frozen, z.detach(), y, copy, factors, mask, objective_noise)
+            return _Terms(loss, align, z)
+        anchor = self.participation.objective(self, z, y, mask, objective_noise)
+        if anchor is not None:
             loss = loss + (anchor - anchor.detach())
         return _Terms(loss, align, z)
 
@@ -369,27 +348,15 @@ class FLIC(FederatedClassifier):
         self.final_round = round_idx == rounds - 1
 
     def local_phases(self) -> list[LocalPhase]:
-        r"""The personal phase (:math:`\phi_i, \beta_i`), then FLIC-HL's representation phase (:math:`\alpha`).
-
-        Each steps the model's optimizer and, with ``anchor_update="code"``, the anchor copy's (optimizer 2).
-        """
+        """This round's phases (:meth:`~fedhet.modules.flic_schedule.FLICSchedule.local`)."""
         return self.schedule.local(self._optimizers_stepped, self.round_idx, self.final_round)
 
     def preparation_phases(self) -> list[LocalPhase]:
-        r"""Pre-training of :math:`\phi_i` at the first participation, re-alignment at later ones (``realign_epochs``).
-
-        The phase trains ``body.embed`` alone on :meth:`alignment_loss` with its own Adam (optimizer 1,
-        ``pretrain_lr``), for its epochs, on batches of ``pretrain_batch_size`` when set.
-        """
+        """Pre-training or re-alignment (:meth:`~fedhet.modules.flic_schedule.FLICSchedule.preparation`)."""
         return self.schedule.preparation(bool(self.pretrained))
 
     def new_client_phases(self) -> list[LocalPhase]:
-        r"""A client joining after training: :math:`\phi` pre-trained towards the anchors, then :math:`(\phi, \beta)`.
-
-        The server sends :math:`\alpha^{(T)}` and the anchors; no new federated run is needed (Supplement S1.4). The
-        phases are those of :meth:`preparation_phases` at a first participation and of :meth:`local_phases`, each run
-        for the engine's new-client budget (the personal phase alone when ``pretrain_epochs=0``).
-        """
+        """A new client's phases (:meth:`~fedhet.modules.flic_schedule.FLICSchedule.new_client`, Supplement S1.4)."""
         return self.schedule.new_client(self._optimizers_stepped)
 
     @property
@@ -398,19 +365,9 @@ class FLIC(FederatedClassifier):
         return (0, 2) if self.code_anchor_update else 0
 
     def set_local_phase(self, phase: LocalPhase | None) -> None:
-        """Remember the phase (the representation phase skips the alignment term), then freeze as the base does.
-
-        Leaving a pre-training or re-alignment phase records its :attr:`pretrain_history`; entering pre-training marks
-        the embedding as pre-trained.
-        """
-        name = None if phase is None else phase.name
-        if self._phase in ALIGNMENT_PHASES and name != self._phase:
-            self.pretrain_history = self._alignment.history()
-        if phase is not None and name in ALIGNMENT_PHASES and name != self._phase:
-            self._alignment.start(phase.epochs or 1)
-            if name == "pretrain":
-                self.pretrained.fill_(True)
-        self._phase = name
+        """Remember the phase (recording a preparation phase's losses), then freeze as the base does."""
+        self.participation.enter(self, phase)
+        self._phase = None if phase is None else phase.name
         super().set_local_phase(phase)
 
     def configure_optimizers(self) -> Any:
@@ -423,52 +380,22 @@ class FLIC(FederatedClassifier):
         model = model_adam(self, self.lr, self.head_weight_decay)
         if self.local_training is None:
             return model
-        anchor_copy = self._anchor_copy_optimizer if self.code_anchor_update else None
+        anchor_copy = partial(self.participation.copy, self) if self.code_anchor_update else None
         return engine_optimizers(model, self.embedding, self.pretrain_lr, anchor_copy)
-
-    @property
-    def _engine_copy(self) -> Tensor | None:
-        """The anchor copy's means when the engine steps the copy (optimizer 2) in this local training, else ``None``.
-
-        Then the copy's objective joins the step's loss (:meth:`loss_terms`); without the engine the module steps the
-        copy itself (``training_step``).
-        """
-        return self._local_means if self._anchor_optimizer is None else None
 
     @property
     def code_anchor_update(self) -> bool:
         """Whether the client updates a local copy of the anchors during local training (``anchor_update="code"``)."""
         return self.uses_anchors and self.anchor_update == "code"
 
-    def _anchor_copy_optimizer(self) -> torch.optim.Optimizer:
-        """A fresh local copy of the received anchors (``_local_means``, ``_local_factors``) and its Adam."""
-        copy = self.code_rule.copy(self.anchor_means, self.anchor_factors_or_none())
-        self._local_means, self._local_factors = copy.means, copy.factors
-        return copy.optimizer
-
-    @property
-    def _frozen_classify(self) -> Callable[[Tensor], Tensor]:
-        """:meth:`classify` with the classifier's weights held fixed (detached)."""
-        return frozen_chain(self.hidden, self.head)
-
     def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
         r"""Cross-entropy, plus :math:`\lambda_1 W_2^2` (not in the representation phase) and :math:`\lambda_2` CE.
 
-        :meth:`loss_terms` on the batch's classes only, its anchor noise drawn after the forward pass. In a preparation
-        phase the loss is :meth:`alignment_loss` alone. Without the engine the module steps its anchor copy itself
-        here.
+        :meth:`loss_terms` on the batch's classes only, its draws made after the forward pass (the alignment term alone
+        in a preparation phase); then :meth:`~fedhet.modules.flic_participation.Participation.step`.
         """
         terms = self.loss_terms(batch)
-        if self._phase in ALIGNMENT_PHASES:
-            self._alignment.add(terms.loss)
-            return terms.loss
-        if terms.align is not None:
-            self.log("train/align", terms.align)
-        if self._anchor_optimizer is not None:  # no engine: the module steps its copy itself
-            assert self._local_means is not None
-            copy = AnchorCopy(self._local_means, self._local_factors, self._anchor_optimizer)
-            self.code_rule.step(copy, self._frozen_classify, terms.z.detach(), batch[1])
-        self.log("train/loss", terms.loss, prog_bar=True)
+        self.participation.step(self, terms.loss, terms.align, terms.z, batch[1])
         return terms.loss
 
     # ---------------------------------------------------------------- pre-training
@@ -486,19 +413,8 @@ class FLIC(FederatedClassifier):
         return self.pretrain_history
 
     def on_train_start(self) -> None:
-        r"""Prepare the participation's anchor update; without the engine, also pre-train :math:`\phi_i` here.
-
-        When whoever drives the training runs no preparation phase (a plain Trainer, or a caller of the hooks), the
-        module pre-trains at the first participation (or re-aligns later) itself with :meth:`pretrain_embedding`, and
-        steps its anchor copy itself.
-        """
-        self._upload = {}
-        for phase in self.preparation_phases():
-            if self.local_training is None or not self.local_training.runs(phase.name):
-                self.pretrain_embedding(phase_loader(self.train_batches(), phase), phase.epochs or 1)
-                self.pretrained.fill_(True)
-        if self.code_anchor_update and self._local_means is None:
-            self._anchor_optimizer = self._anchor_copy_optimizer()
+        """Prepare the participation (:meth:`~fedhet.modules.flic_participation.Participation.start`)."""
+        self.participation.start(self)
 
     # ---------------------------------------------------------------- anchor update and uploads
     @torch.no_grad()
@@ -518,34 +434,19 @@ class FLIC(FederatedClassifier):
             y: its labels, shape ``(N,)``.
 
         """
-        return self.paper_rule.step(self.classify, self.anchor_means, self.anchor_factors_or_none(), z, y)
+        return self.participation.paper_rule.step(self.classify, self.anchor_means, self.anchor_factors_or_none(), z, y)
 
     def on_train_end(self) -> None:
         """Unfreeze everything; compute the client's anchors and put them in the upload."""
         super().on_train_end()
-        if not self.uses_anchors:
-            return
-        z, y = self.embed_all(self.train_batches())
-        if self.anchor_update == "code":
-            assert self._local_means is not None
-            means, factors = self.code_rule.result(self._local_means, self._local_factors)
-            self._local_means, self._local_factors, self._anchor_optimizer = None, None, None
-        else:
-            means, factors = self.paper_anchor_step(z, y)
-        self.anchor_move = anchor_move(self.anchor_means, means, z, y)
-        self._upload = anchor_upload(means, factors, y, self.spec.num_classes, self.anchor_holders_only)
+        self.participation.end(self)
 
     def client_statistics(self) -> dict[str, Tensor]:
         """The client's anchors after local training (see the class docstring)."""
         return dict(self._upload)
 
     def upload_declaration(self, spec: ClientSpec) -> UploadDeclaration:
-        """FLIC's anchors after local training (nothing when no term uses them).
-
-        Their means ``(C, k)``, their factors ``(C, k, k)`` when learned, the class counts ``(C,)`` with
-        ``anchor_holders_only``; the alignment and pre-training losses besides the loss
-        (:func:`~fedhet.callbacks.flic.flic_upload`).
-        """
+        """FLIC's anchors after local training and its logged losses (:func:`~fedhet.callbacks.flic.flic_upload`)."""
         return flic_upload(
             spec.num_classes,
             self.latent_dim,

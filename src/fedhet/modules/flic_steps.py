@@ -1,4 +1,4 @@
-r"""Which terms of FLIC's loss a local step has, and the random draws of those terms for the stacked path.
+r"""Which terms of FLIC's loss a local step has, their sum, and their random draws for the stacked path.
 
 A. Rakotomamonjy et al., "Personalised Federated Learning On Heterogeneous Feature Spaces", TMLR 2024, eq. 3. A step of
 a preparation phase has the alignment term alone; a local step has the cross-entropy, the :math:`\lambda_1 W_2^2` term
@@ -10,12 +10,14 @@ as it draws each batch (:meth:`StepTerms.draws`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
+from fedhet.functional.stacking import masked_mean
 from fedhet.modules.flic_pretraining import ALIGNMENT_PHASES
 from fedhet.modules.flic_terms import AnchorTerms
 
@@ -42,6 +44,50 @@ class StepTerms:
     def aligns(self, phase: str | None) -> bool:
         """Whether a local step of ``phase`` has the alignment term (every phase but FLIC-HL's representation one)."""
         return bool(self.lambda_align) and phase != "representation"
+
+    def loss(
+        self,
+        phase: str | None,
+        classify: Callable[[Tensor], Tensor],
+        z: Tensor,
+        y: Tensor,
+        anchors: tuple[Tensor, Tensor | None],
+        mask: Tensor | None,
+        noise: Tensor | None,
+        align_noise: Tensor | None,
+    ) -> tuple[Tensor, Tensor | None]:
+        r"""The step's loss without the anchor copy's objective, and its alignment term (``None`` when it has none).
+
+        In a preparation phase the alignment term alone; else the cross-entropy, plus :math:`\lambda_1 W_2^2` where
+        :meth:`aligns`, plus :math:`\lambda_2` times the cross-entropy on anchor samples.
+
+        Args:
+            phase: the local phase's name (``None``: no phase).
+            classify: the classifier, latent vectors ``(n, k)`` to logits ``(n, C)``.
+            z: the batch's embeddings ``(B, k)``.
+            y: its labels ``(B,)``.
+            anchors: the anchor means ``(C, k)`` and factors ``(C, k, k)`` (``None`` for fixed covariances).
+            mask: the batch's real rows ``(B,)``; ``None``: all, the anchor terms on the batch's classes only.
+            noise: the anchor noise ``(J, C, k)`` (:meth:`draws`); ``None`` draws it here.
+            align_noise: the alignment term's draws ``(B, k)``; ``None`` draws them here.
+
+        """
+        means, factors = anchors
+        if phase in ALIGNMENT_PHASES:
+            alignment = self.terms.alignment(z, y, means, factors, mask, None)
+            return alignment, alignment
+        logits = classify(z)
+        if mask is None:
+            loss = F.cross_entropy(logits, y)
+        else:
+            loss = masked_mean(F.cross_entropy(logits, y, reduction="none"), mask)
+        align: Tensor | None = None
+        if self.aligns(phase):
+            align = self.terms.alignment(z, y, means, factors, mask, align_noise)
+            loss = loss + self.lambda_align * align
+        if self.lambda_anchor:
+            loss = loss + self.lambda_anchor * self.terms.classification(classify, y, means, factors, noise, mask)
+        return loss, align
 
     def draws(
         self, batch: Sequence[Tensor], phase: str | None, num_classes: int, dtype: torch.dtype, objective: bool
