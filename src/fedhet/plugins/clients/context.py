@@ -98,6 +98,8 @@ class LocalResult:
         optimizer: the optimizer state to keep for its next round (methods with ``keep_optimizer_state``).
         in_module: whether the job's module already holds ``tensors`` (the sequential path); otherwise the context
             loads them before a callback's ``on_client_fit_end`` looks at the module.
+        shared_owned: whether the shared tensors among ``tensors`` are CPU tensors that nothing else holds or changes
+            (a stack's slices, made for the uploads): the upload takes them as they are instead of copying them.
 
     """
 
@@ -106,6 +108,7 @@ class LocalResult:
     statistics: dict[str, Tensor] = field(default_factory=dict)
     optimizer: dict[str, Any] | list[dict[str, Any]] | None = None
     in_module: bool = True
+    shared_owned: bool = False
 
 
 class ClientEvaluation(NamedTuple):
@@ -420,7 +423,7 @@ class ClientContext:
         That is the names, shapes and dtypes :class:`~fedhet.plugins.uploads.policies.DeclaredUpload` expects and the
         finiteness :class:`~fedhet.plugins.uploads.policies.FiniteUpload` asks, checked once on the stacked tensors
         (one shape read and one reduction per name instead of ``K``). The stacked tensors were made in this process
-        and each client's shared upload is a copy of its slice (:meth:`finish`), so a stack that passes holds only
+        and each client's shared upload is its slice (on the CPU; :meth:`finish`), so a stack that passes holds only
         uploads that pass; one that does not (a non-finite value, a sum that overflows) is checked client by client.
 
         Args:
@@ -446,7 +449,7 @@ class ClientContext:
         update = ClientUpdate(
             client_id=job.client_id,
             num_samples=self.specs[job.client_id].num_train,
-            shared=to_cpu(shared),
+            shared=shared if result.shared_owned else to_cpu(shared),
             statistics=result.statistics,
             metrics=result.metrics,
         )

@@ -364,12 +364,15 @@ class StackedRunner(LocalRunner):
             for client in stack:
                 context.fail(client.job.client_id, err, uploads)
             return
-        # Each client's shared upload is a copy of its slice of the stacked tensors made here (unless its on_train_end
-        # runs: it may change them), so the upload checks' shared part runs once for the stack, not once per client.
+        # Each client's shared upload is its slice of the stack's shared tensors, moved to the CPU once for the stack
+        # (unless its on_train_end runs: it may change them), so the upload checks' shared part runs once for the
+        # stack, not once per client, and the uploads need no copy each (nothing else holds or changes the stack).
         hooks_run = stack[0].attributes is not None
-        shared_checked = not hooks_run and context.shared_checked(
-            stack[0].job.client_id, {name: stacked[name] for name in slot.shared}
-        )
+        shared = {name: stacked[name] for name in slot.shared}
+        shared_checked = not hooks_run and context.shared_checked(stack[0].job.client_id, shared)
+        if shared and not hooks_run:  # on a CPU, .cpu() gives the tensor itself
+            uploaded = unstack_states({name: tensor.cpu() for name, tensor in shared.items()})
+            trained = [{**tensors, **upload} for tensors, upload in zip(trained, uploaded, strict=True)]
         steps = float(sum(len(values) for values in losses.values()))
         means = {
             key: values.double().mean(0).tolist() if len(values) else [0.0] * len(stack)
@@ -383,7 +386,7 @@ class StackedRunner(LocalRunner):
                 optimizer = move_data_to_device(optimizer, "cpu")
             metrics = {**client.prepared, **{key: mean[k] for key, mean in means.items()}}
             metrics["steps"] = client.prepared.get("steps", 0.0) + steps
-            result = LocalResult(tensors, metrics, optimizer=optimizer, in_module=False)
+            result = LocalResult(tensors, metrics, optimizer=optimizer, in_module=False, shared_owned=not hooks_run)
             try:
                 if client.attributes is not None:
                     attributes = {**client.attributes, **after}
