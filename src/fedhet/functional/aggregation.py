@@ -39,19 +39,24 @@ def weighted_mean_update(
     """
     if weight < 0:
         raise ValueError(f"aggregation weights must be non-negative, got {weight}")
+    running: list[Tensor] = []
+    added: list[Tensor] = []
     for name, value in state.items():
         value = value.detach()
         if name in sums:
             _check_same_shape(name, value, sums[name])
         if value.is_floating_point():
             if name in sums:
-                sums[name].add_(value, alpha=weight)  # accumulated in the sum's float64
+                running.append(sums[name])
+                added.append(value)
             else:
                 sums[name] = value.to(torch.float64) * weight
             totals[name] = totals.get(name, 0.0) + weight
         else:
             sums[name] = torch.maximum(sums[name], value) if name in sums else value.clone()
             totals.setdefault(name, 0.0)
+    if running:  # sum += weight * value for each, accumulated in the sums' float64: one call, each tensor's add_
+        torch._foreach_add_(running, added, alpha=weight)
 
 
 def weighted_mean_compute(
