@@ -67,12 +67,16 @@ def test_the_trainer_asks_its_policies_and_inspects_none():
     from pathlib import Path
 
     import fedhet.plugins
+    import fedhet.plugins.rounds.engine
     import fedhet.plugins.rounds.trainer
 
     policies = {name for name in fedhet.plugins.__all__ if name != "FederatedTrainer"}
-    tree = ast.parse(Path(fedhet.plugins.rounds.trainer.__file__).read_text())
+    trees = [
+        ast.parse(Path(m.__file__).read_text()) for m in (fedhet.plugins.rounds.trainer, fedhet.plugins.rounds.engine)
+    ]
     inspected = [
         ast.unparse(node)
+        for tree in trees
         for node in ast.walk(tree)
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "isinstance"
         if {n.id for n in ast.walk(node.args[1]) if isinstance(n, ast.Name)} & policies

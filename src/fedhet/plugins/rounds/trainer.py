@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar, cast
@@ -13,51 +12,27 @@ from lightning.fabric import Fabric
 from lightning.fabric.loggers.logger import Logger
 from lightning.pytorch import Callback, LightningModule
 
-from fedhet.core import (
-    ClientState,
-    EngineModule,
-    FederatedData,
-    FederatedModuleProtocol,
-    RoundUploads,
-    ServerState,
-)
+from fedhet.core import EngineModule, FederatedData, RoundUploads, ServerState
 from fedhet.plugins.clients.context import ClientContext, check_federated_datamodule
 from fedhet.plugins.clients.runners import ClientRunner
 from fedhet.plugins.hooks.callback_setup import TrainerLogger, federation_callbacks, user_loggers
 from fedhet.plugins.hooks.dispatch import CallbackHooks
-from fedhet.plugins.hooks.server_step import check_server_state, run_server_hook
-from fedhet.plugins.processes.distributed import (
-    barrier,
-    check_multi_node_launch,
-    destroy_process_group_at_exit,
-    gather_objects,
-    owner_rank,
-)
-from fedhet.plugins.processes.heap import retain_freed_memory
-from fedhet.plugins.processes.launcher import use_start_method
-from fedhet.plugins.processes.threads import pin_threads
+from fedhet.plugins.processes.distributed import check_multi_node_launch, gather_objects
 from fedhet.plugins.rounds.comm import CommTotals
-from fedhet.plugins.rounds.new_clients import NEW_CLIENT_STAGE, evaluate_new_clients
+from fedhet.plugins.rounds.engine import RoundEngine
+from fedhet.plugins.rounds.launch import check_engine_module, hold_run, start_fabric
 from fedhet.plugins.rounds.options import Checkpointing, ClientStates, Faults, Processes, Reporting
 from fedhet.plugins.rounds.policy_setup import resolve_policies
+from fedhet.plugins.rounds.run_files import RunFiles
 from fedhet.plugins.rounds.sampling import ClientSampler, FullParticipation
-from fedhet.plugins.rounds.summaries import evaluation_metrics, merge_uploads, training_metrics
-from fedhet.plugins.storage.callback_state import callback_states, load_callback_states
-from fedhet.plugins.storage.checkpoint import (
-    FederationCheckpoint,
-    check_checkpoint_matches,
-    check_resumed_rounds,
-    load_checkpoint,
-    resumed_logger_version,
-    save_checkpoint,
-)
+from fedhet.plugins.storage.checkpoint import FederationCheckpoint, check_resumed_rounds, load_checkpoint
 from fedhet.plugins.storage.client_store import ClientStore
 from fedhet.plugins.storage.export import export_clients, save_lightning_checkpoint, write_export_index
-from fedhet.plugins.storage.fingerprint import fingerprint_differences
-from fedhet.plugins.storage.run_folder import RunCSVLogger, RunFolder, RunFolderHeldError, version_of
-from fedhet.plugins.storage.run_record import CpuMeter, CpuSeconds, add_record, make_record
+from fedhet.plugins.storage.files import file_identity
+from fedhet.plugins.storage.run_folder import RunFolder, version_of
+from fedhet.plugins.storage.run_record import CpuMeter
 from fedhet.plugins.uploads.aggregators import Aggregator
-from fedhet.plugins.uploads.policies import FailureBudget, PlainUpdate, ServerUpdate, UploadCheck
+from fedhet.plugins.uploads.policies import FailureBudget, ServerUpdate, UploadCheck
 from fedhet.plugins.uploads.privacy import UploadPrivacy
 
 _Command = TypeVar("_Command", bound=Callable[..., Any])
@@ -76,14 +51,6 @@ def _releases_run_folder(command: _Command) -> _Command:
     return cast(_Command, run_command)
 
 
-def _file_identity(path: Path | None) -> tuple[int, int, int] | None:
-    """What changes when ``path`` is rewritten (atomically or in place): its inode, size and modification time."""
-    if path is None or not path.is_file():
-        return None
-    stat = path.stat()
-    return stat.st_ino, stat.st_size, stat.st_mtime_ns
-
-
 class FederatedTrainer:
     """Runs federated rounds over the clients of a federated datamodule, with one Fabric.
 
@@ -97,18 +64,14 @@ class FederatedTrainer:
     the keyword arguments it names (as with ``Fabric.call``); each client's pair fires inside the round's training, in
     client order, as the client runner documents (:mod:`fedhet.plugins.clients.runners`).
 
-    The trainer composes policy objects (:mod:`fedhet.plugins.rounds.policy_setup`): a client runner
-    (:class:`~fedhet.plugins.SequentialRunner`, or :class:`~fedhet.plugins.StackedRunner`) trains this
-    process's clients through a :class:`~fedhet.plugins.clients.context.ClientContext`; upload checks
-    (:mod:`fedhet.plugins.uploads.policies`: what the client declared, finite uploads, the user's, a time budget) admit
-    or reject each upload; a failure budget decides whether a round may go on; a server update (plain aggregation, or
-    differential privacy) turns the admitted uploads into new shared parameters. Its other options come in groups
-    (:mod:`fedhet.plugins.rounds.options`). The run's folder (:class:`~fedhet.plugins.storage.run_folder.RunFolder`),
-    its callbacks (:mod:`~fedhet.plugins.hooks.callback_setup`), byte counts
-    (:class:`~fedhet.plugins.rounds.comm.CommTotals`), checkpoints (:mod:`~fedhet.plugins.storage.checkpoint`,
-    :mod:`~fedhet.plugins.storage.callback_state`, :mod:`~fedhet.plugins.storage.fingerprint`), round metrics
-    (:mod:`~fedhet.plugins.rounds.summaries`) and client export (:mod:`~fedhet.plugins.storage.export`) are components
-    of their own.
+    The trainer runs the commands (``fit``, ``validate``, ``test``, ``export``) and composes their parts: the launch
+    of its processes and the hold of the run's folder (:mod:`fedhet.plugins.rounds.launch`); each command's
+    :class:`~fedhet.plugins.rounds.engine.RoundEngine` (its clients and their owners, a round, evaluation,
+    checkpoints); what the command reads and writes in its version folder
+    (:class:`~fedhet.plugins.rounds.run_files.RunFiles`: the resumed checkpoint, the config, the run record); its
+    policy objects (:mod:`fedhet.plugins.rounds.policy_setup`: a client runner, upload checks, a failure budget, a
+    server update); its callbacks (:mod:`~fedhet.plugins.hooks.callback_setup`). Its other options come in groups
+    (:mod:`fedhet.plugins.rounds.options`).
 
     Args:
         rounds: communication rounds.
@@ -146,8 +109,7 @@ class FederatedTrainer:
             same results up to floating-point summation order; ``fit`` refuses a module or an optimizer it cannot
             stack, naming the reason).
         processes: accelerator, devices, nodes, how processes start, precision, stacking
-            (:class:`~fedhet.plugins.Processes`). With ``devices=N`` the sampled clients are spread over N
-            processes and the uploads are gathered and aggregated in client order, so results do not depend on N.
+            (:class:`~fedhet.plugins.Processes`).
         checkpointing: when the federation is saved (:class:`~fedhet.plugins.Checkpointing`).
         faults: how many failing clients a round survives, and the stragglers' time budget
             (:class:`~fedhet.plugins.Faults`).
@@ -199,7 +161,7 @@ class FederatedTrainer:
         self.client_state = client_state
         self.reporting = reporting
         self._failure_budget = FailureBudget(faults.max_client_failures)
-        self._run_record = logger is not False
+        self._files = RunFiles(self.run, record=logger is not False)
         self.loggers: list[Logger] = user_loggers(logger)
         self.user_callbacks: list[Any] = list(callbacks or [])
         self.run_config: dict[str, Any] | None = None  # set by the CLI, saved beside the logs
@@ -208,12 +170,11 @@ class FederatedTrainer:
         self.history: list[dict[str, float]] = []
         self.current_round = 0
         self._store = ClientStore()
-        self._context: ClientContext | None = None
+        self._round_engine: RoundEngine | None = None
         self.comm = CommTotals()
         self._has_state = False
         self.fitting = False
         self.should_stop = False  # a callback sets it in on_round_end to end fit after that round
-        self._meter = CpuMeter()
 
     # ------------------------------------------------------------------ public entry points
     @_releases_run_folder
@@ -224,27 +185,28 @@ class FederatedTrainer:
         checkpoint of one of those folders goes on in that folder. The folder is held for the whole ``fit``: another
         command on it is refused (:meth:`~fedhet.plugins.storage.run_folder.RunFolder.hold`).
         """
-        self._meter = CpuMeter()
+        self._files.start()
         path = self.run.resolve_checkpoint(ckpt_path, required=False)
-        read = _file_identity(path)
-        state = self._resumable(path)  # read and checked before any process is launched
+        read = file_identity(path)
+        state = self._files.resumable(path)  # read and checked before any process is launched
         self._launch(model, version_of(path, self.default_root_dir) if path is not None else None)
-        if _file_identity(path) != read:  # replaced by a command that ended before this one held the folder
-            state = self._resumable(path)
+        if file_identity(path) != read:  # replaced by a command that ended before this one held the folder
+            state = self._files.resumable(path)
         self._prepare(model, datamodule, "fit")
         if state is not None and path is not None:
-            self._restore(state, path, replay_logs=self._run_record, private=self._server_update.private)
+            self._restore(state, path, private=self._engine.server_update.private)
+            self._files.replay(self._fabric, self.history)
             check_resumed_rounds(state, self.rounds, self.sampler, path)
         self.runner.check(self.context)  # e.g. whether the clients can train in stacks, before any training
-        self._log_run_config(model)
+        self._files.log_config(self._fabric, model, self.run_config)
         fabric = self._fabric
         self.fitting = True
         self.should_stop = False
         self._hooks("on_federation_start", module=model)
-        self._meter.start_work()
+        self._files.meter.start_work()
         threads, first_round = torch.get_num_threads(), self.current_round
         for round_idx in range(self.current_round, self.rounds):
-            metrics = self._run_round(round_idx)
+            metrics = self._engine.run_round(round_idx, self._files.meter)
             self.history.append(metrics)
             fabric.log_dict(metrics, step=round_idx)
             self.current_round = round_idx + 1
@@ -281,8 +243,8 @@ class FederatedTrainer:
         for it (what the client evaluates, before any ``adaptation_phases`` fine-tuning), plus the statistics the
         server broadcasts; it can be tested under a plain ``lightning.Trainer`` on the client's ``ClientDataModule``.
         """
-        if client_id not in getattr(self, "_index", {}):
-            known = list(getattr(self, "_client_ids", []))
+        if self._round_engine is None or client_id not in self._round_engine.index:
+            known = self._round_engine.client_ids if self._round_engine is not None else []
             raise KeyError(f"client '{client_id}' is not in this federation (clients: {known}); call fit or test first")
         if not self.owns(client_id):
             raise ValueError(f"client '{client_id}' is kept by another process: call client_module there")
@@ -318,7 +280,7 @@ class FederatedTrainer:
         """
         self._load_trained("test", model, datamodule, ckpt_path, command="export")
         folder = self.run_dir / "clients"
-        written = export_clients(self._client_ids, clients, self.owns, self.client_module, folder)
+        written = export_clients(self.client_ids, clients, self.owns, self.client_module, folder)
         exported = gather_objects(self._fabric, list(written))
         if self.is_global_zero:
             write_export_index(folder, [cid for part in exported for cid in part])
@@ -346,14 +308,19 @@ class FederatedTrainer:
     @property
     def client_ids(self) -> list[str]:
         """The federation's clients, in order."""
-        return list(self._client_ids)
+        return list(self._engine.client_ids)
 
     @property
     def context(self) -> ClientContext:
         """What a client runner uses of this federation (set up by ``fit``, ``validate``, ``test`` or :meth:`setup`)."""
-        if self._context is None:
+        return self._engine.context
+
+    @property
+    def _engine(self) -> RoundEngine:
+        """This command's round engine: its clients and their owners, a round, evaluation, checkpoints."""
+        if self._round_engine is None:
             raise RuntimeError("FederatedTrainer: no clients yet; call fit, validate, test or setup")
-        return self._context
+        return self._round_engine
 
     @property
     def store(self) -> ClientStore:
@@ -390,62 +357,19 @@ class FederatedTrainer:
     def _launch(
         self, model: LightningModule, version: int | None = None, run_folder: bool = True, command: str = "fit"
     ) -> None:
-        """Start Fabric's processes (once) and hold the run's version folder for ``command`` (:meth:`_hold_run`).
+        """Start Fabric's processes (once) and hold the run's version folder for ``command`` (:func:`hold_run`).
 
         ``run_folder=False`` binds none (nothing of the run is written: no logger, no checkpoint).
         """
-        if not isinstance(model, LightningModule) or not isinstance(model, FederatedModuleProtocol):
-            raise TypeError(
-                f"FederatedTrainer needs a LightningModule implementing the federated module contract"
-                f" (e.g. a fedhet.modules.FederatedModule subclass), got {type(model).__name__}"
-            )
-        if self.fabric is not None:
-            if run_folder:
-                self._hold_run(version, command)
-            return
-        if self._run_record and not any(isinstance(lg, RunCSVLogger) for lg in self.loggers):
-            self.loggers = [*self.loggers, RunCSVLogger(self.run)]
-        check_multi_node_launch(self.processes.num_nodes)
-        callbacks = federation_callbacks(self.user_callbacks, model, self.loggers, self.reporting.progress_bar)
-        self._hooks = CallbackHooks(callbacks, trainer=self)
-        processes = self.processes
-        self.fabric = Fabric(
-            accelerator=processes.accelerator,
-            strategy=processes.strategy,
-            devices=processes.devices,
-            num_nodes=processes.num_nodes,
-            precision=processes.precision,  # type: ignore[arg-type]
-            loggers=self.loggers,
-            callbacks=callbacks,
-        )
-        use_start_method(self.fabric, processes.start_method, processes.threads)
-        self.fabric.launch()
-        pin_threads(processes.threads)  # in every process, after whatever the launcher set
-        if processes.retain_cpu_heap and self.fabric.device.type == "cpu":
-            retain_freed_memory()
-        if self.fabric.world_size > 1:
-            destroy_process_group_at_exit()
+        check_engine_module(model)
+        if self.fabric is None:
+            self.loggers = self._files.with_csv_logger(self.loggers)
+            check_multi_node_launch(self.processes.num_nodes)
+            callbacks = federation_callbacks(self.user_callbacks, model, self.loggers, self.reporting.progress_bar)
+            self._hooks = CallbackHooks(callbacks, trainer=self)
+            self.fabric = start_fabric(self.processes, self.loggers, callbacks)
         if run_folder:
-            self._hold_run(version, command)
-
-    def _hold_run(self, version: int | None, command: str) -> None:
-        """Rank 0 holds the run's version folder for ``command`` and every rank binds it, or raises rank 0's refusal.
-
-        The folder is the trainer's own once bound, else ``version``, else a new one
-        (:meth:`~fedhet.plugins.storage.run_folder.RunFolder.hold`).
-        """
-        fabric = self._fabric
-        held: int | str | None = None
-        if fabric.is_global_zero:
-            try:
-                held = self.run.hold(self.run.version if self.run.version is not None else version, command)
-            except RunFolderHeldError as refused:
-                held = str(refused)
-        if fabric.world_size > 1:
-            held = fabric.broadcast(held)
-        if isinstance(held, str):
-            raise RunFolderHeldError(held)
-        self.run.bind(cast(int, held))  # rank 0 held it, so every rank holds an int
+            hold_run(self.fabric, self.run, version, command)
 
     def setup(
         self, model: LightningModule, datamodule: FederatedData, stage: str = "fit", run_folder: bool = True
@@ -471,7 +395,7 @@ class FederatedTrainer:
         datamodule.setup(stage)
         self._datamodule = datamodule
         module = cast(EngineModule, model)  # _launch checked that it is a LightningModule implementing the contract
-        self._context = ClientContext(
+        context = ClientContext(
             self._fabric,
             module,
             datamodule,
@@ -485,11 +409,17 @@ class FederatedTrainer:
             personal_init=self.client_state.personal_init,
             check_metric_names=self.runner.remote_uploads,
         )
-        self._client_ids = list(self._context.client_ids)
-        self._index = {cid: i for i, cid in enumerate(self._client_ids)}
-        self.sampler.validate(len(self._client_ids))
-        self._held_out = set(self.sampler.held_out(self._client_ids, self.seed))
-        self._server_update: ServerUpdate = self.server_update or PlainUpdate(module.configure_aggregator())
+        self._round_engine = RoundEngine(
+            context,
+            self.server_update,
+            self.runner,
+            self.sampler,
+            self.reporting,
+            self.seed,
+            self.rounds,
+            self.comm,
+            self._failure_budget,
+        )
         if not self._has_state:
             self._init_server()
 
@@ -510,7 +440,7 @@ class FederatedTrainer:
 
     def owns(self, client_id: str) -> bool:
         """Whether this process trains and keeps the state of ``client_id``."""
-        return owner_rank(self._index[client_id], self._fabric.world_size) == self._fabric.global_rank
+        return self._engine.owns(client_id)
 
     # ------------------------------------------------------------------ one round
     def fit_clients(self, client_ids: Sequence[str], round_idx: int) -> RoundUploads:
@@ -523,84 +453,7 @@ class FederatedTrainer:
             the admitted uploads, the failed clients and the bytes sent down to the admitted ones.
 
         """
-        return self.runner.run(self.context, client_ids, round_idx)
-
-    def _run_round(self, round_idx: int) -> dict[str, float]:
-        fabric = self._fabric
-        start, cpu, cpu_eval = time.perf_counter(), CpuMeter.now(), 0.0
-        sampled = self.sampler.sample(self._client_ids, round_idx, self.rounds, self.seed)
-        self._hooks("on_round_start", round_idx=round_idx, client_ids=sampled)
-        uploads = self.fit_clients([cid for cid in sampled if self.owns(cid)], round_idx)
-        train_s = time.perf_counter() - start
-        mark = time.perf_counter()
-        gathered = gather_objects(fabric, (uploads, train_s))
-        spans = {
-            "time/train_s": train_s,
-            "time/gather_s": time.perf_counter() - mark,  # with the wait for slower processes
-            "time/train_max_s": max(seconds for _, seconds in gathered),  # the slowest process's training
-        }
-        updates, failures, bytes_down = merge_uploads([part for part, _ in gathered], self._index)
-        self._failure_budget.check(round_idx, sampled, updates, failures)
-
-        mark = time.perf_counter()
-        shared = self.server_state.shared
-        updates = self._server_update.prepare(updates, shared, round_idx)
-        run_server_hook(self._hooks, "on_aggregate_start", round_idx, self.server_state, updates=updates)
-        shared.update(self._server_update.aggregate(updates, shared, len(sampled), round_idx))
-        check_server_state(self.server_state, round_idx, "the aggregator")
-        run_server_hook(self._hooks, "on_aggregate_end", round_idx, self.server_state, updates=updates)
-        spans["time/aggregate_s"] = time.perf_counter() - mark
-
-        comm = self.comm.add(up=sum(u.num_bytes for u in updates), down=bytes_down)
-        metrics = training_metrics(round_idx, updates, failures, comm)
-        metrics.update(self._server_update.metrics(sample_rate=len(sampled) / len(self._client_ids)))
-        if (round_idx + 1) % self.reporting.eval_every == 0 or round_idx == self.rounds - 1:
-            mark, cpu_mark = time.perf_counter(), CpuMeter.now()
-            metrics.update(self._evaluate("val", round_idx))
-            spans["time/eval_s"] = time.perf_counter() - mark
-            cpu_eval = CpuMeter.now() - cpu_mark
-        metrics.update(spans)
-        metrics["time/round_s"] = time.perf_counter() - start
-        self._meter.evaluation += cpu_eval
-        self._meter.rounds += CpuMeter.now() - cpu - cpu_eval
-        return metrics
-
-    # ------------------------------------------------------------------ evaluation
-    def _evaluate(self, stage: str, round_idx: int) -> dict[str, float]:
-        """Each client evaluates its personalised model on its own ``stage`` split; summaries over clients.
-
-        A client whose evaluation raises (e.g. its data loader fails) is left out of the summaries, named in the log
-        and counted in ``clients/{stage}_failed``; the run goes on.
-        """
-        owned = [cid for cid in self._client_ids if self.owns(cid) and cid not in self._held_out]
-        evaluations, failed = self.runner.evaluate(self.context, owned, stage, round_idx)
-        gathered = gather_objects(self._fabric, (evaluations, failed))
-        metrics = evaluation_metrics(gathered, stage, self.reporting.per_client)
-        if not metrics:
-            return {}
-        self._hooks("on_evaluation_end", stage=stage, round_idx=round_idx, metrics=metrics)
-        return metrics
-
-    def _evaluate_new_clients(self, round_idx: int) -> dict[str, float]:
-        """The clients held out of training (:class:`~fedhet.plugins.NewClients`), adapted and scored.
-
-        Each process adapts the held-out clients it owns from the federation as it stands
-        (:mod:`fedhet.plugins.rounds.new_clients`); the summaries over all of them are ``test_new/...``.
-        """
-        if not self._held_out:
-            return {}
-        owned = [cid for cid in self._client_ids if cid in self._held_out and self.owns(cid)]
-        evaluations = evaluate_new_clients(self.context, owned, self.sampler.adapt_epochs, round_idx)
-        no_failures: list[str] = []
-        gathered = gather_objects(self._fabric, (evaluations, no_failures))
-        return evaluation_metrics(gathered, NEW_CLIENT_STAGE, self.reporting.per_client)
-
-    def _resumable(self, path: Path | None) -> FederationCheckpoint | None:
-        """The checkpoint a ``fit`` resumes, if any; a logger version naming a folder outside the run is refused."""
-        state = load_checkpoint(path) if path is not None else None
-        if state is not None and path is not None:  # untrusted content
-            resumed_logger_version(state, self.default_root_dir, path)
-        return state
+        return self._engine.fit_clients(client_ids, round_idx)
 
     def _load_trained(
         self,
@@ -620,7 +473,7 @@ class FederatedTrainer:
         beside = version_of(path, self.default_root_dir) if command == "export" and path is not None else None
         self._launch(model, beside, command=command or stage)
         if beside is None:
-            self._save_run_config()
+            self._files.save_config(self._fabric, self.run_config)
         self._prepare(model, datamodule, stage)
         if state is not None and path is not None:
             self._restore(state, path)
@@ -629,15 +482,15 @@ class FederatedTrainer:
     def _evaluate_only(
         self, stage: str, model: LightningModule, datamodule: FederatedData, ckpt_path: str | None
     ) -> dict[str, float]:
-        self._meter = CpuMeter()
+        self._files.start()
         command = "validate" if stage == "val" else "test"
         self._load_trained(command, model, datamodule, ckpt_path)
-        self._meter.start_work()
+        self._files.meter.start_work()
         threads, cpu = torch.get_num_threads(), CpuMeter.now()
-        metrics = self._evaluate(stage, self.current_round)
+        metrics = self._engine.evaluate(stage, self.current_round)
         if stage == "test":
-            metrics.update(self._evaluate_new_clients(self.current_round))
-        self._meter.evaluation += CpuMeter.now() - cpu
+            metrics.update(self._engine.evaluate_new_clients(self.current_round))
+        self._files.meter.evaluation += CpuMeter.now() - cpu
         self._fabric.log_dict(metrics, step=self.current_round)
         for logger in self._fabric.loggers:
             logger.save()
@@ -646,83 +499,28 @@ class FederatedTrainer:
 
     # ------------------------------------------------------------------ checkpoints and logging
     def _write_record(self, command: str, threads: int, rounds_trained: int) -> None:
-        """Write the command's :class:`~fedhet.plugins.run_record.RunRecord` (CPU summed over the processes)."""
-        cpu = sum(gather_objects(self._fabric, self._meter.finish()), CpuSeconds())
-        if not (self._fabric.is_global_zero and self._run_record and self.run.version is not None):
-            return
-        classes = (type(self.context.template), type(self._datamodule), *map(type, self.callbacks))
-        record = make_record(
+        """Write the command's run record (:meth:`~fedhet.plugins.rounds.run_files.RunFiles.write_record`)."""
+        self._files.write_record(
             command,
+            self.context,
+            self._datamodule,
+            self.run_config,
             threads=threads,
             seed=self.seed,
             rounds_done=self.current_round,
             rounds_trained=rounds_trained,
-            cpu=cpu,
-            fingerprint=self.context.fingerprint(self.callbacks),
-            config=self.run_config,
-            classes=classes,
         )
-        add_record(self.run.path, record)
 
     def save_checkpoint(self, path: str | Path) -> None:
         """Write the whole federation (server, every client, callbacks, history) to ``path``, atomically."""
-        fabric = self._fabric
-        stores = gather_objects(fabric, dict(self._store.state_dicts()))
-        if fabric.is_global_zero:
-            save_checkpoint(
-                path,
-                FederationCheckpoint(
-                    round=self.current_round,
-                    rounds=self.rounds,
-                    seed=self.seed,
-                    client_ids=self._client_ids,
-                    server=self.server_state.state_dict(),
-                    clients={cid: s for part in stores for cid, s in part.items()},
-                    callbacks=callback_states(self.callbacks),
-                    history=self.history,
-                    comm_totals=self.comm.state_dict(),
-                    privacy=self._server_update.state_dict(),
-                    logger_versions=[lg.version for lg in fabric.loggers],
-                    fingerprint=self.context.fingerprint(self.callbacks),
-                ),
-            )
-            for logger in fabric.loggers:
-                logger.save()
-        barrier(fabric)
+        self._engine.save_checkpoint(path, self.current_round, self.history)
 
-    def _restore(
-        self, state: FederationCheckpoint, path: Path, replay_logs: bool = False, private: bool | None = None
-    ) -> None:
+    def _restore(self, state: FederationCheckpoint, path: Path, private: bool | None = None) -> None:
         """Load a checkpoint's federation into this run, once :func:`check_checkpoint_matches` accepts it."""
-        differences = fingerprint_differences(state.fingerprint, self.context.fingerprint(self.callbacks))
-        check_checkpoint_matches(state, path, self._client_ids, self.seed, differences, private)
-        if state.privacy is not None:
-            self._server_update.load_state_dict(state.privacy)
-        self.server_state.load_state_dict(state.server)
+        clients = self._engine.restore(state, path, private)
         self._store = self._new_store()
-        for cid, client_state in state.clients.items():
-            if self.owns(cid):
-                self._store[cid] = ClientState.from_state_dict(client_state)
-        load_callback_states(self.callbacks, state.callbacks)
+        for cid, client_state in clients.items():
+            self._store[cid] = client_state
         self.history = list(state.history)
-        self.comm.load_state_dict(state.comm_totals)
         self.current_round = state.round
         self._has_state = True
-        if replay_logs:  # the checkpoint's rounds, over the rows the run's CSV file holds for them (not to W&B)
-            for logger in self._fabric.loggers:
-                if isinstance(logger, RunCSVLogger):
-                    for metrics in self.history:
-                        row: dict[str, Any] = dict(metrics)
-                        logger.log_metrics(row, step=int(metrics["round"]))
-
-    def _log_run_config(self, model: LightningModule) -> None:
-        class_path = f"{type(model).__module__}.{type(model).__qualname__}"
-        config = self.run_config or {"model": {"class_path": class_path, "init_args": dict(model.hparams)}}
-        for logger in self._fabric.loggers:
-            logger.log_hyperparams(config)
-        self._save_run_config()
-
-    def _save_run_config(self) -> None:
-        """Write the CLI's resolved config as ``config.yaml`` into the run's version folder."""
-        if self._fabric.is_global_zero and self.run_config is not None:
-            self.run.save_config(self.run_config)

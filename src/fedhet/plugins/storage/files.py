@@ -58,6 +58,14 @@ def atomic_torch_save(obj: Any, path: str | Path) -> None:
     atomic_write(path, write)
 
 
+def file_identity(path: Path | None) -> tuple[int, int, int] | None:
+    """What changes when ``path`` is rewritten (atomically or in place): its inode, size and modification time."""
+    if path is None or not path.is_file():
+        return None
+    stat = path.stat()
+    return stat.st_ino, stat.st_size, stat.st_mtime_ns
+
+
 def try_lock(lock_file: str | Path) -> FileLock | None:
     """An exclusive lock on ``lock_file`` (``flock``, created if missing), or ``None`` when another holder has it.
 
