@@ -24,14 +24,7 @@ from fedhet.plugins.clients.runners import ClientRunner, SequentialRunner
 from fedhet.plugins.clients.stacked import StackedRunner
 from fedhet.plugins.rounds.options import Faults, Processes
 from fedhet.plugins.uploads.aggregators import Aggregator
-from fedhet.plugins.uploads.policies import (
-    FiniteUpload,
-    PlainUpdate,
-    PrivateUpdate,
-    ServerUpdate,
-    TimeBudget,
-    UploadCheck,
-)
+from fedhet.plugins.uploads.policies import FiniteUpload, ServerUpdate, TimeBudget, UploadCheck, server_update_for
 from fedhet.plugins.uploads.privacy import UploadPrivacy
 
 
@@ -89,15 +82,4 @@ def resolve_policies(
             " ('faults.client_time_budget_s' or a TimeBudget upload check) cannot both be set: the clients of a stack"
             " train together, so no client's own time is measured"
         )
-    return Policies(checks, _server_update(server_update, seed), resolved_runner)
-
-
-def _server_update(given: ServerUpdate | Aggregator | UploadPrivacy | None, seed: int) -> ServerUpdate | None:
-    """The server update ``given`` stands for; a :class:`PrivateUpdate` without a seed takes the run's."""
-    if isinstance(given, Aggregator):
-        return PlainUpdate(given)
-    if isinstance(given, UploadPrivacy):
-        return PrivateUpdate(given, seed)
-    if isinstance(given, PrivateUpdate) and given.seed is None:
-        return PrivateUpdate(given.privacy, seed)
-    return given
+    return Policies(checks, server_update_for(server_update, seed), resolved_runner)

@@ -282,3 +282,19 @@ class PrivateUpdate:
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore the accountant."""
         self.privacy.load_state_dict(state)
+
+
+def server_update_for(given: ServerUpdate | Aggregator | UploadPrivacy | None, seed: int) -> ServerUpdate | None:
+    """The server update ``given`` stands for; a :class:`PrivateUpdate` without a seed takes the run's ``seed``.
+
+    An :class:`~fedhet.plugins.Aggregator` is folded plainly (:class:`PlainUpdate`), an
+    :class:`~fedhet.plugins.UploadPrivacy` privately (:class:`PrivateUpdate` seeded by ``seed``); a server update is
+    itself, and ``None`` stays ``None`` (the module's ``configure_aggregator()``, known once the module is).
+    """
+    if isinstance(given, Aggregator):
+        return PlainUpdate(given)
+    if isinstance(given, UploadPrivacy):
+        return PrivateUpdate(given, seed)
+    if isinstance(given, PrivateUpdate) and given.seed is None:
+        return PrivateUpdate(given.privacy, seed)
+    return given
