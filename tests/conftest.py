@@ -64,12 +64,12 @@ def _test_threads(monkeypatch):
         return
     from fedhet.cli import _lightning
     from fedhet.plugins.processes.threads import pin_threads
-    from fedhet.plugins.rounds import trainer
+    from fedhet.plugins.rounds import launch
 
     def pin(threads: int) -> None:
         pin_threads(TEST_THREADS if threads == 1 else threads)
 
-    monkeypatch.setattr(trainer, "pin_threads", pin)
+    monkeypatch.setattr(launch, "pin_threads", pin)
     monkeypatch.setattr(_lightning, "pin_threads", pin)
 
 

@@ -58,6 +58,6 @@ def test_a_cpu_fit_retains_the_heap_unless_told_not_to(tmp_path, tiny_federation
     from fedhet.modules import FedAvg
 
     calls = []
-    monkeypatch.setattr("fedhet.plugins.rounds.trainer.retain_freed_memory", lambda: calls.append(True))
+    monkeypatch.setattr("fedhet.plugins.rounds.launch.retain_freed_memory", lambda: calls.append(True))
     make_trainer(tmp_path, rounds=1, logger=False, retain_cpu_heap=retain).fit(FedAvg(lr=0.1), tiny_federation)
     assert calls == ([True] if retain else [])
