@@ -1,12 +1,13 @@
 """The public client-execution API is enough to train clients elsewhere (as a Flower adapter does)."""
 
 import copy
+import gc
 
 import pytest
 import torch
 
 from fedhet.core import ClientState, RoundUploads, num_bytes
-from fedhet.modules import FedRep
+from fedhet.modules import FedAvg, FedRep
 from fedhet.plugins import ClientRunner, FederatedTrainer, Processes, Reporting
 
 
@@ -83,3 +84,57 @@ def test_fit_asks_the_runner_to_check_the_federation_before_any_round(tmp_path, 
     with pytest.raises(ValueError, match="cannot train 1 architecture"):
         run.fit(FedAvg(hidden_dims=[4]), tiny_federation)
     assert run.history == []
+
+
+class FreezeProbe:
+    """Records, at each client's start and each round's end, how many objects the garbage collector keeps frozen."""
+
+    def __init__(self) -> None:
+        self.in_round: list[int] = []
+        self.after_round: list[int] = []
+
+    def on_client_fit_start(self) -> None:
+        self.in_round.append(gc.get_freeze_count())
+
+    def on_round_end(self) -> None:
+        self.after_round.append(gc.get_freeze_count())
+
+
+@pytest.mark.parametrize("stack_clients", [None, 2])
+def test_a_rounds_clients_train_with_the_older_objects_frozen_and_unfrozen_after(
+    tmp_path, tiny_federation, stack_clients
+):
+    probe = FreezeProbe()
+    fit = FederatedTrainer(
+        rounds=2,
+        processes=Processes(accelerator="cpu", stack_clients=stack_clients),
+        reporting=Reporting(progress_bar=False),
+        logger=False,
+        default_root_dir=str(tmp_path),
+        callbacks=[probe],
+    )
+    assert gc.get_freeze_count() == 0
+    fit.fit(FedAvg(hidden_dims=[8]), tiny_federation)
+    assert len(probe.in_round) == 2 * len(tiny_federation.client_ids)
+    assert min(probe.in_round) > 0  # every client trains with the objects older than its round out of reach
+    assert probe.after_round == [0, 0]
+    assert gc.get_freeze_count() == 0
+
+
+def test_a_freeze_made_elsewhere_is_left_as_it_is(tmp_path, tiny_federation):
+    gc.freeze()
+    try:
+        probe = FreezeProbe()
+        fit = FederatedTrainer(
+            rounds=1,
+            processes=Processes(accelerator="cpu"),
+            reporting=Reporting(progress_bar=False),
+            logger=False,
+            default_root_dir=str(tmp_path),
+            callbacks=[probe],
+        )
+        fit.fit(FedAvg(hidden_dims=[8]), tiny_federation)
+        assert len(probe.after_round) == 1
+        assert probe.after_round[0] > 0  # not unfrozen by the round
+    finally:
+        gc.unfreeze()
