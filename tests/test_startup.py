@@ -56,11 +56,12 @@ def test_a_flower_clientapp_module_loads_flower_and_torch_but_no_lightning_nor_a
     assert not modules & {"fedhet.integrations.flower.engine", "fedhet.integrations.flower.records"}
 
 
-def test_a_suites_parent_process_loads_no_lightning():
-    """``fedhet compare`` reads run folders and results; Lightning loads in its fork server and runs only."""
+def test_a_suites_parent_process_loads_no_torch_nor_lightning():
+    """``fedhet compare`` reads run folders and results; torch and Lightning load in its fork server and runs only."""
     code = "from fedhet.experiments import compare, runs; runs.resume_point(runs.Path('no_run')); import fedhet.plugins"
     modules = loaded(code)  # resume_point: what the parent reads of a run folder before each run
-    assert not top_level(modules) & {"lightning", "torchmetrics", "ot", "scipy", "sklearn", "optuna", "jsonargparse"}
+    heavy = {"torch", "lightning", "torchmetrics", "ot", "scipy", "sklearn", "optuna", "jsonargparse"}
+    assert not top_level(modules) & heavy
     assert not {m for m in modules if m.startswith(("fedhet.plugins.rounds", "fedhet.modules", "fedhet.callbacks"))}
 
 

@@ -28,6 +28,8 @@ from fedhet.plugins.rounds.epochs import epoch_schedule
 from fedhet.plugins.storage.run_folder import config_root
 from fedhet.plugins.storage.versions import latest_checkpoint
 
+_SAFE_LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+"""PyYAML's safe loader, libyaml's when PyYAML was built with it."""
 _DEFAULT_ROUNDS = inspect.signature(FederatedTrainer).parameters["rounds"].default
 
 SUBCOMMANDS = {name: {"model", "datamodule"} for name in COMMANDS if name != "compare"}
@@ -221,9 +223,15 @@ class FederatedCLI(LightningCLI):
             FederatedCLI(full_errors=self.full_errors, args=["fit", "-c", str(config)])
 
     def _resolved(self, namespace: Namespace, subcommand: str | None) -> dict[str, Any]:
-        """``namespace`` with every default filled in, as the plain mapping a run folder's ``config.yaml`` holds."""
-        dumped = yaml.safe_load(self.parser.dump(namespace, skip_unset=False, skip_link_targets=False, format="yaml"))
-        return cast(dict[str, Any], _subcommand_section(dumped, subcommand))
+        """``namespace`` with every default filled in, as the plain mapping a run folder's ``config.yaml`` holds.
+
+        ``namespace`` is one the parser made (and checked) itself, so it is dumped without checking it again, and read
+        back with libyaml's loader where PyYAML has it (the same mapping, a fraction of the pure-Python one's CPU).
+        """
+        text = self.parser.dump(
+            namespace, skip_unset=False, skip_link_targets=False, skip_validation=True, format="yaml"
+        )
+        return cast(dict[str, Any], _subcommand_section(yaml.load(text, Loader=_SAFE_LOADER), subcommand))  # noqa: S506
 
     def _made_by(self, checkpoint: Path, config: str) -> bool:
         """Whether the run that saved ``checkpoint`` was ``fedhet fit -c config`` as ``config`` reads now."""

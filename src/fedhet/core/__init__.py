@@ -1,7 +1,9 @@
 """The shared vocabulary of fedhet: types that the engine, the methods, the data and the callbacks all speak.
 
 This package imports nothing else of fedhet (only torch), so every other package may import it: ``plugins``,
-``modules``, ``datamodules`` and ``callbacks`` meet here instead of importing each other.
+``modules``, ``datamodules`` and ``callbacks`` meet here instead of importing each other. Its names are imported from
+their submodules when first read (:func:`fedhet._lazy.lazy_exports`), so ``fedhet.core.provenance`` loads without
+torch (a suite's parent process reads run records and never imports it).
 
 * :class:`ClientSpec` — what a module may know about a client before training; :class:`SpecLimits` — the bounds
   :meth:`ClientSpec.parse` holds a description from outside the process to (``spec``).
@@ -22,32 +24,37 @@ This package imports nothing else of fedhet (only torch), so every other package
   purpose, round, client) (``seeding``).
 """
 
-from fedhet.core.capabilities import BatchLossModule, PenalisedModule, RoundAware, StackableModule, Stacking
-from fedhet.core.data import ClientData, FederatedData, GlobalData
-from fedhet.core.hooks import Federation, FederationHooks, ServerAccess
-from fedhet.core.protocols import EngineModule, FederatedModuleProtocol, LocalPhase, LocalTraining
-from fedhet.core.seeding import derive_seed, rng_preserved, seeded
-from fedhet.core.spec import ClientSpec, SpecLimits
-from fedhet.core.state import (
-    FAILURE_KINDS,
-    ClientFailure,
-    ClientState,
-    ClientUpdate,
-    RoundUploads,
-    ServerState,
-    non_finite,
-    num_bytes,
-    to_cpu,
-)
-from fedhet.core.text import QUOTE_CHARS, quoted
-from fedhet.core.uploads import (
-    ENGINE_METRICS,
-    ExpectedUpload,
-    InvalidUploadError,
-    TensorSpec,
-    UploadDeclaration,
-    tensors_mismatch,
-)
+from typing import TYPE_CHECKING
+
+from fedhet._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from fedhet.core.capabilities import BatchLossModule, PenalisedModule, RoundAware, StackableModule, Stacking
+    from fedhet.core.data import ClientData, FederatedData, GlobalData
+    from fedhet.core.hooks import Federation, FederationHooks, ServerAccess
+    from fedhet.core.protocols import EngineModule, FederatedModuleProtocol, LocalPhase, LocalTraining
+    from fedhet.core.seeding import derive_seed, rng_preserved, seeded
+    from fedhet.core.spec import ClientSpec, SpecLimits
+    from fedhet.core.state import (
+        FAILURE_KINDS,
+        ClientFailure,
+        ClientState,
+        ClientUpdate,
+        RoundUploads,
+        ServerState,
+        non_finite,
+        num_bytes,
+        to_cpu,
+    )
+    from fedhet.core.text import QUOTE_CHARS, quoted
+    from fedhet.core.uploads import (
+        ENGINE_METRICS,
+        ExpectedUpload,
+        InvalidUploadError,
+        TensorSpec,
+        UploadDeclaration,
+        tensors_mismatch,
+    )
 
 __all__ = [
     "ENGINE_METRICS",
@@ -88,3 +95,5 @@ __all__ = [
     "tensors_mismatch",
     "to_cpu",
 ]
+
+__getattr__, __dir__ = lazy_exports(__name__, __file__)

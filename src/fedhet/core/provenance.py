@@ -29,8 +29,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
-
 PACKAGE = "fedhet"
 OUTSIDE = "<outside>"
 """The label prefix of a file outside any git work tree and outside the fedhet package (only its name is kept)."""
@@ -123,6 +121,8 @@ def environment() -> dict[str, str]:
         The number of threads, which a run sets, is recorded beside it.
 
     """
+    import torch  # here, not at the top: a suite's parent process reads provenance without torch
+
     return {
         "torch": torch.__version__,
         "torch_build": f"{torch.version.git_version}{' debug' if torch.version.debug else ''}",

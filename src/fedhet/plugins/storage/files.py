@@ -9,7 +9,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
-import torch
 from filelock import FileLock, Timeout
 
 
@@ -50,6 +49,7 @@ def atomic_write(path: str | Path, write: Callable[[Path], object]) -> None:
 
 def atomic_torch_save(obj: Any, path: str | Path) -> None:
     """``torch.save`` ``obj`` to ``path`` atomically (:func:`atomic_write`)."""
+    import torch  # here, not at the top: a suite's parent process writes files without torch
 
     def write(tmp: Path) -> None:
         with tmp.open("wb") as f:
