@@ -3,31 +3,41 @@
 :class:`~fedhet.plugins.FederatedTrainer` builds a :class:`RoundEngine` for each command once its processes are launched
 and the clients are set up, and drives it: :meth:`RoundEngine.run_round` for each round of a ``fit``,
 :meth:`RoundEngine.evaluate` and :meth:`RoundEngine.evaluate_new_clients` for the evaluations,
-:meth:`RoundEngine.save_checkpoint` and :meth:`RoundEngine.restore` for the checkpoints. The server state and this
-process's client store stay the trainer's; the engine reads them through the client context.
+:meth:`RoundEngine.save_checkpoint` and :meth:`RoundEngine.restore` for the checkpoints, :meth:`RoundEngine.export` for
+``export``. :func:`set_up_engine` builds it (and the client context) from the trainer's settings
+(:class:`EngineSettings`). The server state and this process's client store stay the trainer's; the engine reads them
+through the client context, and :func:`new_client_store` makes the trainer a new store.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Protocol, cast
 
-from fedhet.core import ClientState, RoundUploads
-from fedhet.plugins.clients.context import ClientContext
+from lightning.fabric import Fabric
+from lightning.pytorch import LightningModule
+
+from fedhet.core import ClientState, EngineModule, FederatedData, RoundUploads, ServerState
+from fedhet.plugins.clients.context import ClientContext, check_federated_datamodule
 from fedhet.plugins.clients.runners import ClientRunner
+from fedhet.plugins.hooks.dispatch import CallbackHooks
 from fedhet.plugins.hooks.server_step import check_server_state, run_server_hook
 from fedhet.plugins.processes.distributed import barrier, gather_objects, owner_rank
 from fedhet.plugins.rounds.comm import CommTotals
 from fedhet.plugins.rounds.new_clients import NEW_CLIENT_STAGE, evaluate_new_clients
-from fedhet.plugins.rounds.options import Reporting
+from fedhet.plugins.rounds.options import ClientStates, Reporting
 from fedhet.plugins.rounds.sampling import ClientSampler
 from fedhet.plugins.rounds.summaries import evaluation_metrics, merge_uploads, training_metrics
 from fedhet.plugins.storage.callback_state import callback_states, load_callback_states
 from fedhet.plugins.storage.checkpoint import FederationCheckpoint, check_checkpoint_matches, save_checkpoint
+from fedhet.plugins.storage.client_store import ClientStore
+from fedhet.plugins.storage.export import export_clients, write_export_index
 from fedhet.plugins.storage.fingerprint import fingerprint_differences
+from fedhet.plugins.storage.run_folder import RunFolder
 from fedhet.plugins.storage.run_record import CpuMeter
-from fedhet.plugins.uploads.policies import FailureBudget, PlainUpdate, ServerUpdate
+from fedhet.plugins.uploads.policies import FailureBudget, PlainUpdate, ServerUpdate, UploadCheck
 
 
 class RoundEngine:
@@ -39,6 +49,7 @@ class RoundEngine:
 
     Args:
         context: the run's client context (its Fabric, module template, callbacks, server state and client store).
+        datamodule: the federation's data, already set up.
         server_update: the trainer's server update, or ``None`` for the module's ``configure_aggregator()`` folded
             plainly.
         runner: how this process's clients train and evaluate.
@@ -54,6 +65,7 @@ class RoundEngine:
     def __init__(
         self,
         context: ClientContext,
+        datamodule: FederatedData,
         server_update: ServerUpdate | None,
         runner: ClientRunner,
         sampler: ClientSampler,
@@ -63,7 +75,7 @@ class RoundEngine:
         comm: CommTotals,
         failure_budget: FailureBudget,
     ) -> None:
-        self.context, self.fabric = context, context.fabric
+        self.context, self.fabric, self.datamodule = context, context.fabric, datamodule
         self.client_ids = list(context.client_ids)
         self.index = {cid: i for i, cid in enumerate(self.client_ids)}
         sampler.validate(len(self.client_ids))
@@ -152,7 +164,23 @@ class RoundEngine:
         gathered = gather_objects(self.fabric, (evaluations, no_failures))
         return evaluation_metrics(gathered, NEW_CLIENT_STAGE, self.reporting.per_client)
 
-    # ------------------------------------------------------------------ checkpoints
+    def evaluate_command(self, stage: str, round_idx: int, meter: CpuMeter) -> dict[str, float]:
+        """A ``validate`` (``stage="val"``) or ``test`` command's metrics, logged at ``round_idx`` and saved.
+
+        ``test`` adds the held-out clients' ``test_new/...`` (:meth:`evaluate_new_clients`); the CPU seconds go to
+        ``meter``'s evaluation.
+        """
+        cpu = CpuMeter.now()
+        metrics = self.evaluate(stage, round_idx)
+        if stage == "test":
+            metrics.update(self.evaluate_new_clients(round_idx))
+        meter.evaluation += CpuMeter.now() - cpu
+        self.fabric.log_dict(metrics, step=round_idx)
+        for logger in self.fabric.loggers:
+            logger.save()
+        return metrics
+
+    # ------------------------------------------------------------------ checkpoints and export
     def save_checkpoint(self, path: str | Path, rounds_done: int, history: list[dict[str, float]]) -> None:
         """Write the whole federation (server, every client, callbacks, ``history``) to ``path``, atomically."""
         fabric, callbacks = self.fabric, self.context.hooks.callbacks
@@ -198,3 +226,100 @@ class RoundEngine:
         load_callback_states(callbacks, state.callbacks)
         self.comm.load_state_dict(state.comm_totals)
         return clients
+
+    def export(
+        self, chosen: list[str] | None, module_of: Callable[[str], LightningModule], folder: Path
+    ) -> dict[str, Path]:
+        """Write the ``chosen`` clients (``None``: every client) this process keeps into ``folder``, and its index.
+
+        :func:`~fedhet.plugins.storage.export.export_clients` writes each client's ``module_of(cid)``; the first
+        process writes ``index.json`` (:func:`~fedhet.plugins.storage.export.write_export_index`) over every process's
+        files.
+
+        Returns:
+            the files written by this process, by client id.
+
+        """
+        written = export_clients(self.client_ids, chosen, self.owns, module_of, folder)
+        exported = gather_objects(self.fabric, list(written))
+        if self.fabric.is_global_zero:
+            write_export_index(folder, [cid for part in exported for cid in part])
+            print(f"fedhet: exported {sum(map(len, exported))} clients to {folder}", flush=True)
+        return written
+
+
+class EngineSettings(Protocol):
+    """What :func:`set_up_engine` reads of the trainer (:class:`~fedhet.plugins.FederatedTrainer`'s attributes)."""
+
+    seed: int
+    rounds: int
+    local_epochs: int
+    local_steps: int | None
+    sampler: ClientSampler
+    upload_checks: list[UploadCheck]
+    server_update: ServerUpdate | None
+    runner: ClientRunner
+    client_state: ClientStates
+    reporting: Reporting
+    comm: CommTotals
+    server_state: ServerState
+
+    @property
+    def store(self) -> ClientStore:
+        """This process's client state store."""
+
+
+def set_up_engine(
+    settings: EngineSettings,
+    fabric: Fabric,
+    model: LightningModule,
+    datamodule: FederatedData,
+    hooks: CallbackHooks,
+    failure_budget: FailureBudget,
+    stage: str,
+) -> RoundEngine:
+    """Set up and check the clients of ``datamodule`` for ``stage``, and a round engine over them.
+
+    The client context reads the server state and the client store from ``settings`` when it uses them (a restore
+    replaces both). ``model`` was checked to be a LightningModule implementing the contract
+    (:func:`~fedhet.plugins.rounds.launch.check_engine_module`).
+    """
+    check_federated_datamodule(datamodule)
+    datamodule.setup(stage)
+    context = ClientContext(
+        fabric,
+        cast(EngineModule, model),
+        datamodule,
+        settings.seed,
+        settings.local_epochs,
+        settings.local_steps,
+        hooks,
+        settings.upload_checks,
+        server_state=lambda: settings.server_state,
+        store=lambda: settings.store,
+        personal_init=settings.client_state.personal_init,
+        check_metric_names=settings.runner.remote_uploads,
+    )
+    return RoundEngine(
+        context,
+        datamodule,
+        settings.server_update,
+        settings.runner,
+        settings.sampler,
+        settings.reporting,
+        settings.seed,
+        settings.rounds,
+        settings.comm,
+        failure_budget,
+    )
+
+
+def new_client_store(old: ClientStore, client_state: ClientStates, run: RunFolder, rank: int) -> ClientStore:
+    """An empty client state store, spilling to this run and process's own folder past the memory budget.
+
+    ``old``, the store it replaces, is closed first (which releases its folder).
+    """
+    old.close()
+    if client_state.budget_mb is None:  # all in memory: no folder needed (a trainer may bind none)
+        return ClientStore()
+    return ClientStore.with_budget(client_state.budget_mb, run.spill_dir(rank), client_state.keep_spilled)

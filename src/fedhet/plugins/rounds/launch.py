@@ -14,7 +14,7 @@ from lightning.fabric.loggers.logger import Logger
 from lightning.pytorch import LightningModule
 
 from fedhet.core import FederatedModuleProtocol
-from fedhet.plugins.processes.distributed import destroy_process_group_at_exit
+from fedhet.plugins.processes.distributed import check_multi_node_launch, destroy_process_group_at_exit
 from fedhet.plugins.processes.heap import retain_freed_memory
 from fedhet.plugins.processes.launcher import use_start_method
 from fedhet.plugins.processes.threads import pin_threads
@@ -41,6 +41,7 @@ def start_fabric(processes: Processes, loggers: list[Logger], callbacks: list[An
         the launched Fabric (in every process).
 
     """
+    check_multi_node_launch(processes.num_nodes)
     fabric = Fabric(
         accelerator=processes.accelerator,
         strategy=processes.strategy,

@@ -3,7 +3,7 @@
 Each group checks its own fields when it is built, so a value the trainer cannot run with is refused before anything
 starts, in one sentence naming the group and the field. In a config file a group is a nested section and on the
 command line a dotted option (``--trainer.processes.devices 2``); ``fedhet fit --help`` lists each group under its
-own heading.
+own heading. :func:`check_run_length` checks the trainer's own counts the same way.
 """
 
 from __future__ import annotations
@@ -17,6 +17,13 @@ from fedhet.plugins.processes.launcher import StartMethod
 def _refuse(group: str, field: str, requirement: str, value: object) -> ValueError:
     """The error for ``group.field`` out of range: ``FederatedTrainer: <group>: field '<field>' must ...``."""
     return ValueError(f"FederatedTrainer: {group}: field '{field}' must {requirement}, got {value!r}")
+
+
+def check_run_length(rounds: int, local_epochs: int, local_steps: int | None) -> None:
+    """Refuse, naming the field, a trainer's ``rounds``, ``local_epochs`` or ``local_steps`` (when set) below 1."""
+    for name, value in (("rounds", rounds), ("local_epochs", local_epochs), ("local_steps", local_steps)):
+        if value is not None and value < 1:
+            raise ValueError(f"FederatedTrainer: field '{name}' must be at least 1, got {value}")
 
 
 @dataclass(frozen=True)
@@ -85,6 +92,10 @@ class Checkpointing:
     def __post_init__(self) -> None:
         if self.every < 0:
             raise _refuse("checkpointing", "every", "be >= 0", self.every)
+
+    def due(self, rounds_done: int, rounds: int, stopping: bool) -> bool:
+        """Whether the run saves after ``rounds_done`` of its ``rounds`` rounds (``stopping``: it stops there)."""
+        return self.every > 0 and (rounds_done % self.every == 0 or rounds_done == rounds or stopping)
 
 
 @dataclass(frozen=True)

@@ -11,13 +11,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import torch
 from lightning.fabric import Fabric
 from lightning.fabric.loggers.logger import Logger
 from lightning.pytorch import LightningModule
 
-from fedhet.core import FederatedData
-from fedhet.plugins.clients.context import ClientContext
 from fedhet.plugins.processes.distributed import gather_objects
+from fedhet.plugins.rounds.engine import RoundEngine
 from fedhet.plugins.storage.checkpoint import FederationCheckpoint, load_checkpoint, resumed_logger_version
 from fedhet.plugins.storage.run_folder import RunCSVLogger, RunFolder
 from fedhet.plugins.storage.run_record import CpuMeter, CpuSeconds, add_record, make_record
@@ -37,10 +37,19 @@ class RunFiles:
         self.run = run
         self.record = record
         self.meter = CpuMeter()
+        self.threads, self.first_round = torch.get_num_threads(), 0
 
     def start(self) -> None:
         """A command starts: its CPU seconds are measured from here (:class:`CpuMeter`)."""
         self.meter = CpuMeter()
+
+    def start_work(self, first_round: int) -> None:
+        """The command's work starts after its set-up, the federation having trained ``first_round`` rounds.
+
+        Its CPU seconds of work are measured from here; its record keeps torch's threads now.
+        """
+        self.meter.start_work()
+        self.threads, self.first_round = torch.get_num_threads(), first_round
 
     def with_csv_logger(self, loggers: list[Logger]) -> list[Logger]:
         """``loggers``, with the run's CSV record (:class:`RunCSVLogger`) added when the run keeps one."""
@@ -78,44 +87,30 @@ class RunFiles:
                     row: dict[str, Any] = dict(metrics)
                     logger.log_metrics(row, step=int(metrics["round"]))
 
-    def write_record(
-        self,
-        command: str,
-        context: ClientContext,
-        datamodule: FederatedData,
-        config: dict[str, Any] | None,
-        *,
-        threads: int,
-        seed: int,
-        rounds_done: int,
-        rounds_trained: int,
-    ) -> None:
+    def write_record(self, command: str, engine: RoundEngine, config: dict[str, Any] | None, rounds_done: int) -> None:
         """Write the command's :class:`~fedhet.plugins.storage.run_record.RunRecord` (CPU summed over the processes).
 
         Args:
             command: ``fit``, ``validate`` or ``test``.
-            context: the run's client context (its module, callbacks and fingerprint).
-            datamodule: the run's data.
+            engine: the command's round engine (its client context: module, callbacks, fingerprint; its data; seed).
             config: the CLI's resolved config, if any.
-            threads: torch's threads when the command's work started.
-            seed: the trainer's seed.
-            rounds_done: the rounds the federation has trained.
-            rounds_trained: the rounds this command trained.
+            rounds_done: the rounds the federation has trained (the command trained those since :meth:`start_work`).
 
         """
+        context = engine.context
         fabric, callbacks = context.fabric, context.hooks.callbacks
         cpu = sum(gather_objects(fabric, self.meter.finish()), CpuSeconds())
         if not (fabric.is_global_zero and self.record and self.run.version is not None):
             return
         record = make_record(
             command,
-            threads=threads,
-            seed=seed,
+            threads=self.threads,
+            seed=engine.seed,
             rounds_done=rounds_done,
-            rounds_trained=rounds_trained,
+            rounds_trained=rounds_done - self.first_round,
             cpu=cpu,
             fingerprint=context.fingerprint(callbacks),
             config=config,
-            classes=(type(context.template), type(datamodule), *map(type, callbacks)),
+            classes=(type(context.template), type(engine.datamodule), *map(type, callbacks)),
         )
         add_record(self.run.path, record)

@@ -7,30 +7,27 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
-import torch
 from lightning.fabric import Fabric
 from lightning.fabric.loggers.logger import Logger
 from lightning.pytorch import Callback, LightningModule
 
-from fedhet.core import EngineModule, FederatedData, RoundUploads, ServerState
-from fedhet.plugins.clients.context import ClientContext, check_federated_datamodule
+from fedhet.core import FederatedData, RoundUploads, ServerState
+from fedhet.plugins.clients.context import ClientContext
 from fedhet.plugins.clients.runners import ClientRunner
 from fedhet.plugins.hooks.callback_setup import TrainerLogger, federation_callbacks, user_loggers
 from fedhet.plugins.hooks.dispatch import CallbackHooks
-from fedhet.plugins.processes.distributed import check_multi_node_launch, gather_objects
 from fedhet.plugins.rounds.comm import CommTotals
-from fedhet.plugins.rounds.engine import RoundEngine
+from fedhet.plugins.rounds.engine import RoundEngine, new_client_store, set_up_engine
 from fedhet.plugins.rounds.launch import check_engine_module, hold_run, start_fabric
-from fedhet.plugins.rounds.options import Checkpointing, ClientStates, Faults, Processes, Reporting
+from fedhet.plugins.rounds.options import Checkpointing, ClientStates, Faults, Processes, Reporting, check_run_length
 from fedhet.plugins.rounds.policy_setup import resolve_policies
 from fedhet.plugins.rounds.run_files import RunFiles
 from fedhet.plugins.rounds.sampling import ClientSampler, FullParticipation
 from fedhet.plugins.storage.checkpoint import FederationCheckpoint, check_resumed_rounds, load_checkpoint
 from fedhet.plugins.storage.client_store import ClientStore
-from fedhet.plugins.storage.export import export_clients, save_lightning_checkpoint, write_export_index
+from fedhet.plugins.storage.export import save_lightning_checkpoint
 from fedhet.plugins.storage.files import file_identity
 from fedhet.plugins.storage.run_folder import RunFolder, version_of
-from fedhet.plugins.storage.run_record import CpuMeter
 from fedhet.plugins.uploads.aggregators import Aggregator
 from fedhet.plugins.uploads.policies import FailureBudget, ServerUpdate, UploadCheck
 from fedhet.plugins.uploads.privacy import UploadPrivacy
@@ -139,11 +136,7 @@ class FederatedTrainer:
         client_state: ClientStates = ClientStates(),
         reporting: Reporting = Reporting(),
     ) -> None:
-        for name, value in (("rounds", rounds), ("local_epochs", local_epochs)):
-            if value < 1:
-                raise ValueError(f"FederatedTrainer: field '{name}' must be at least 1, got {value}")
-        if local_steps is not None and local_steps < 1:
-            raise ValueError(f"FederatedTrainer: field 'local_steps' must be at least 1, got {local_steps}")
+        check_run_length(rounds, local_epochs, local_steps)
         policies = resolve_policies(upload_checks, server_update, runner, processes, faults, seed)
         self.rounds = rounds
         self.local_epochs = local_epochs
@@ -199,28 +192,25 @@ class FederatedTrainer:
             check_resumed_rounds(state, self.rounds, self.sampler, path)
         self.runner.check(self.context)  # e.g. whether the clients can train in stacks, before any training
         self._files.log_config(self._fabric, model, self.run_config)
-        fabric = self._fabric
         self.fitting = True
         self.should_stop = False
         self._hooks("on_federation_start", module=model)
-        self._files.meter.start_work()
-        threads, first_round = torch.get_num_threads(), self.current_round
+        self._files.start_work(self.current_round)
         for round_idx in range(self.current_round, self.rounds):
             metrics = self._engine.run_round(round_idx, self._files.meter)
             self.history.append(metrics)
-            fabric.log_dict(metrics, step=round_idx)
+            self._fabric.log_dict(metrics, step=round_idx)
             self.current_round = round_idx + 1
             self._hooks("on_round_end", round_idx=round_idx, metrics=metrics)
-            every = self.checkpointing.every
-            if every and (self.current_round % every == 0 or self.current_round == self.rounds or self.should_stop):
+            if self.checkpointing.due(self.current_round, self.rounds, self.should_stop):
                 self.save_checkpoint(self.run.checkpoints / "last.ckpt")
             if self.should_stop:  # set by a callback (EarlyStopping) in on_round_end
                 break
         self.fitting = False
         self._hooks("on_federation_end")
-        for logger in fabric.loggers:
+        for logger in self._fabric.loggers:
             logger.finalize("success")
-        self._write_record("fit", threads, self.current_round - first_round)
+        self._files.write_record("fit", self._engine, self.run_config, self.current_round)
 
     def validate(
         self, model: LightningModule, datamodule: FederatedData, ckpt_path: str | None = None
@@ -278,14 +268,8 @@ class FederatedTrainer:
             the files written by this process, by client id.
 
         """
-        self._load_trained("test", model, datamodule, ckpt_path, command="export")
-        folder = self.run_dir / "clients"
-        written = export_clients(self.client_ids, clients, self.owns, self.client_module, folder)
-        exported = gather_objects(self._fabric, list(written))
-        if self.is_global_zero:
-            write_export_index(folder, [cid for part in exported for cid in part])
-            print(f"fedhet: exported {sum(map(len, exported))} clients to {folder}", flush=True)
-        return written
+        self._load_trained("export", model, datamodule, ckpt_path)
+        return self._engine.export(clients, self.client_module, self.run_dir / "clients")
 
     def log_dict(self, metrics: Mapping[str, float], step: int) -> None:
         """Log ``metrics`` at round ``step`` with the run's loggers (e.g. a server callback's ``flic/anchor_drift``).
@@ -303,7 +287,7 @@ class FederatedTrainer:
     @property
     def datamodule(self) -> FederatedData:
         """The federation's data of the current ``fit``/``validate``/``test``."""
-        return self._datamodule
+        return self._engine.datamodule
 
     @property
     def client_ids(self) -> list[str]:
@@ -364,7 +348,6 @@ class FederatedTrainer:
         check_engine_module(model)
         if self.fabric is None:
             self.loggers = self._files.with_csv_logger(self.loggers)
-            check_multi_node_launch(self.processes.num_nodes)
             callbacks = federation_callbacks(self.user_callbacks, model, self.loggers, self.reporting.progress_bar)
             self._hooks = CallbackHooks(callbacks, trainer=self)
             self.fabric = start_fabric(self.processes, self.loggers, callbacks)
@@ -390,53 +373,16 @@ class FederatedTrainer:
         return self.context
 
     def _prepare(self, model: LightningModule, datamodule: FederatedData, stage: str) -> None:
-        """Set up and check the clients, and initialise the server state, before any training."""
-        check_federated_datamodule(datamodule)
-        datamodule.setup(stage)
-        self._datamodule = datamodule
-        module = cast(EngineModule, model)  # _launch checked that it is a LightningModule implementing the contract
-        context = ClientContext(
-            self._fabric,
-            module,
-            datamodule,
-            self.seed,
-            self.local_epochs,
-            self.local_steps,
-            self._hooks,
-            self.upload_checks,
-            server_state=lambda: self.server_state,
-            store=lambda: self._store,
-            personal_init=self.client_state.personal_init,
-            check_metric_names=self.runner.remote_uploads,
-        )
-        self._round_engine = RoundEngine(
-            context,
-            self.server_update,
-            self.runner,
-            self.sampler,
-            self.reporting,
-            self.seed,
-            self.rounds,
-            self.comm,
-            self._failure_budget,
-        )
+        """Set up and check the clients (:func:`set_up_engine`), and initialise the server state, before any training.
+
+        A federation without state starts from the module's initial shared parameters and an empty client store.
+        """
+        budget = self._failure_budget
+        self._round_engine = set_up_engine(self, self._fabric, model, datamodule, self._hooks, budget, stage)
         if not self._has_state:
-            self._init_server()
-
-    def _init_server(self) -> None:
-        """The server's initial shared parameters and an empty client store."""
-        self.server_state = ServerState(shared=self.context.initial_shared())
-        self._store = self._new_store()
-        self._has_state = True
-
-    def _new_store(self) -> ClientStore:
-        """An empty client state store, spilling to this run and process's own folder past the memory budget."""
-        self._store.close()  # releases the folder of the store it replaces
-        budget_mb = self.client_state.budget_mb
-        if budget_mb is None:  # all in memory: no folder needed (a trainer may bind none)
-            return ClientStore()
-        spill_dir = self.run.spill_dir(self._fabric.global_rank)
-        return ClientStore.with_budget(budget_mb, spill_dir, self.client_state.keep_spilled)
+            self.server_state = ServerState(shared=self.context.initial_shared())
+            self._store = new_client_store(self._store, self.client_state, self.run, self.global_rank)
+            self._has_state = True
 
     def owns(self, client_id: str) -> bool:
         """Whether this process trains and keeps the state of ``client_id``."""
@@ -456,25 +402,21 @@ class FederatedTrainer:
         return self._engine.fit_clients(client_ids, round_idx)
 
     def _load_trained(
-        self,
-        stage: str,
-        model: LightningModule,
-        datamodule: FederatedData,
-        ckpt_path: str | None,
-        command: str | None = None,
+        self, command: str, model: LightningModule, datamodule: FederatedData, ckpt_path: str | None
     ) -> None:
         """Launch and restore the trained federation of ``ckpt_path`` (or of the last fit) for ``command``.
 
-        An evaluation runs in a new version folder (it never overwrites the training logs); an ``export`` writes
-        beside the run it exports, in its checkpoint's version folder, and leaves that run's config as it is.
+        An evaluation (``validate``, ``test``) runs in a new version folder (it never overwrites the training logs); an
+        ``export`` sets its clients up as ``test`` does and writes beside the run it exports, in its checkpoint's
+        version folder, and leaves that run's config as it is.
         """
         path = self.run.resolve_checkpoint(ckpt_path, required=not self._has_state)
         state = load_checkpoint(path) if path is not None else None
         beside = version_of(path, self.default_root_dir) if command == "export" and path is not None else None
-        self._launch(model, beside, command=command or stage)
+        self._launch(model, beside, command=command)
         if beside is None:
             self._files.save_config(self._fabric, self.run_config)
-        self._prepare(model, datamodule, stage)
+        self._prepare(model, datamodule, "test" if command == "export" else command)
         if state is not None and path is not None:
             self._restore(state, path)
 
@@ -485,32 +427,12 @@ class FederatedTrainer:
         self._files.start()
         command = "validate" if stage == "val" else "test"
         self._load_trained(command, model, datamodule, ckpt_path)
-        self._files.meter.start_work()
-        threads, cpu = torch.get_num_threads(), CpuMeter.now()
-        metrics = self._engine.evaluate(stage, self.current_round)
-        if stage == "test":
-            metrics.update(self._engine.evaluate_new_clients(self.current_round))
-        self._files.meter.evaluation += CpuMeter.now() - cpu
-        self._fabric.log_dict(metrics, step=self.current_round)
-        for logger in self._fabric.loggers:
-            logger.save()
-        self._write_record(command, threads, 0)
+        self._files.start_work(self.current_round)
+        metrics = self._engine.evaluate_command(stage, self.current_round, self._files.meter)
+        self._files.write_record(command, self._engine, self.run_config, self.current_round)
         return metrics
 
     # ------------------------------------------------------------------ checkpoints and logging
-    def _write_record(self, command: str, threads: int, rounds_trained: int) -> None:
-        """Write the command's run record (:meth:`~fedhet.plugins.rounds.run_files.RunFiles.write_record`)."""
-        self._files.write_record(
-            command,
-            self.context,
-            self._datamodule,
-            self.run_config,
-            threads=threads,
-            seed=self.seed,
-            rounds_done=self.current_round,
-            rounds_trained=rounds_trained,
-        )
-
     def save_checkpoint(self, path: str | Path) -> None:
         """Write the whole federation (server, every client, callbacks, history) to ``path``, atomically."""
         self._engine.save_checkpoint(path, self.current_round, self.history)
@@ -518,9 +440,8 @@ class FederatedTrainer:
     def _restore(self, state: FederationCheckpoint, path: Path, private: bool | None = None) -> None:
         """Load a checkpoint's federation into this run, once :func:`check_checkpoint_matches` accepts it."""
         clients = self._engine.restore(state, path, private)
-        self._store = self._new_store()
-        for cid, client_state in clients.items():
-            self._store[cid] = client_state
+        self._store = new_client_store(self._store, self.client_state, self.run, self.global_rank)
+        self._store.update(clients)
         self.history = list(state.history)
         self.current_round = state.round
         self._has_state = True
