@@ -109,7 +109,7 @@ def main() -> None:
     ]
     columns = {"dataset": "toy", "reference": "reference", "acc_mean": "accuracy", "acc_std": "± std", "seeds": "seeds"}
     title = "FLIC toys: per-client linear references"
-    config = "benchmarks/suites/flic_toys.yaml (its toys and data seed; the references are fitted here, no fedhet config)"
+    config = "benchmarks/suites/flic_toys.yaml (its toys and data seed); the references are fitted here"
     print(write_table(args.tag, title, rows, columns, notes, environment(config=config)))
 
 
