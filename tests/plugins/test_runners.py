@@ -35,14 +35,20 @@ class ElsewhereRunner(ClientRunner):
         return self.client_side.runner.evaluate(self.client_side.context, client_ids, stage, round_idx)
 
 
-def trainer(tmp_path, name):
+def quiet_trainer(root, rounds, stack_clients=None, **more):
+    """A CPU trainer without progress bar or logger, writing under ``root``."""
     return FederatedTrainer(
-        rounds=3,
-        processes=Processes(accelerator="cpu"),
+        rounds=rounds,
+        processes=Processes(accelerator="cpu", stack_clients=stack_clients),
         reporting=Reporting(progress_bar=False),
         logger=False,
-        default_root_dir=str(tmp_path / name),
+        default_root_dir=str(root),
+        **more,
     )
+
+
+def trainer(tmp_path, name):
+    return quiet_trainer(tmp_path / name, 3)
 
 
 def test_clients_trained_elsewhere_give_the_in_process_federation(tmp_path, tiny_federation):
@@ -73,14 +79,7 @@ def test_fit_asks_the_runner_to_check_the_federation_before_any_round(tmp_path, 
         def check(self, context):
             raise ValueError(f"cannot train {len(context.architectures())} architecture(s)")
 
-    run = FederatedTrainer(
-        rounds=2,
-        processes=Processes(accelerator="cpu"),
-        reporting=Reporting(progress_bar=False),
-        logger=False,
-        default_root_dir=str(tmp_path),
-        runner=Refusing(),
-    )
+    run = quiet_trainer(tmp_path, 2, runner=Refusing())
     with pytest.raises(ValueError, match="cannot train 1 architecture"):
         run.fit(FedAvg(hidden_dims=[4]), tiny_federation)
     assert run.history == []
@@ -105,14 +104,7 @@ def test_a_rounds_clients_train_with_the_older_objects_frozen_and_unfrozen_after
     tmp_path, tiny_federation, stack_clients
 ):
     probe = FreezeProbe()
-    fit = FederatedTrainer(
-        rounds=2,
-        processes=Processes(accelerator="cpu", stack_clients=stack_clients),
-        reporting=Reporting(progress_bar=False),
-        logger=False,
-        default_root_dir=str(tmp_path),
-        callbacks=[probe],
-    )
+    fit = quiet_trainer(tmp_path, 2, stack_clients, callbacks=[probe])
     assert gc.get_freeze_count() == 0
     fit.fit(FedAvg(hidden_dims=[8]), tiny_federation)
     assert len(probe.in_round) == 2 * len(tiny_federation.client_ids)
@@ -125,14 +117,7 @@ def test_a_freeze_made_elsewhere_is_left_as_it_is(tmp_path, tiny_federation):
     gc.freeze()
     try:
         probe = FreezeProbe()
-        fit = FederatedTrainer(
-            rounds=1,
-            processes=Processes(accelerator="cpu"),
-            reporting=Reporting(progress_bar=False),
-            logger=False,
-            default_root_dir=str(tmp_path),
-            callbacks=[probe],
-        )
+        fit = quiet_trainer(tmp_path, 1, callbacks=[probe])
         fit.fit(FedAvg(hidden_dims=[8]), tiny_federation)
         assert len(probe.after_round) == 1
         assert probe.after_round[0] > 0  # not unfrozen by the round
